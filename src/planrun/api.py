@@ -1,0 +1,373 @@
+"""The facade the CLI and tests both call: validate, execute, status, runs, log, output.
+
+Functions here take settings and plain values, return plain data (dicts, reports) and
+raise :class:`~planrun.errors.PlanrunError` subclasses; they never print. Rendering is the
+CLI's job (:mod:`planrun.cli`, :mod:`planrun.ui`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ApprovalError, Refused, RunError, UsageError
+from .issues import Issue, PlanReport, Report
+from .paths import PlanLookupError, Settings, find_plan
+from .validation import CheckedPlan, ParamInput
+
+SECRET_MASK = "***"
+
+
+@dataclass
+class Loaded:
+    """A registry plus one located plan file and its check."""
+
+    report: PlanReport
+    plan: CheckedPlan | None
+    document: Any = None
+    path: Path | None = None
+
+
+def load_params_file(path: str | None) -> dict[str, Any]:
+    """Values of ``--params-file`` (YAML or JSON mapping, native types).
+
+    Raises:
+        Refused: unreadable, invalid, or not a mapping (codes ``syntax``, ``duplicate_key``,
+            ``too_large``, ``schema``; exit 3).
+    """
+    if path is None:
+        return {}
+    from .loading import DocumentError, load_file
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--params-file {path!r} does not exist")
+    try:
+        doc = load_file(p)
+    except DocumentError as exc:
+        raise Refused(f"cannot read parameters from {path}: {exc}",
+                      code=exc.issues[0].code, report=Report(issues=exc.issues)) from None
+    if not isinstance(doc.data, dict):
+        issue = Issue(code="schema", file=path, message="a params file must be a mapping of "
+                      "parameter names to values")
+        raise Refused(issue.message, code="schema", report=Report(issues=[issue]))
+    return dict(doc.data)
+
+
+def param_input(cli: Sequence[str] = (), params_file: str | None = None) -> ParamInput:
+    """Parse ``-p NAME=VALUE`` options and ``--params-file``.
+
+    ``PLANRUN_PARAM_<NAME>`` environment values are offered too (used only for declared
+    parameters, below ``-p``).
+
+    Raises:
+        UsageError: a ``-p`` without ``=`` (exit 2).
+    """
+    values: dict[str, str] = {}
+    for item in cli:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"-p {item!r}: write -p NAME=VALUE")
+        values[name] = value
+    env = {k[len("PLANRUN_PARAM_"):]: v for k, v in os.environ.items()
+           if k.startswith("PLANRUN_PARAM_")}
+    env.update({k.lower(): v for k, v in env.items() if k.lower() not in env})
+    return ParamInput(cli=values, file_values=load_params_file(params_file), env=env)
+
+
+def load_registry(settings: Settings) -> Any:
+    """The registry, or :class:`Refused` (code ``registry``) with every registry issue."""
+    from .registry import load_registry as _load
+
+    registry, issues = _load(settings.registry, settings.pools)
+    if issues:
+        raise Refused(f"{settings.registry} has {len(issues)} problem(s)", code="registry",
+                      report=Report(issues=issues))
+    return registry
+
+
+def _approval_tools(settings: Settings) -> set[str]:
+    names = settings.policy.get("require_approval") if settings.policy else None
+    return set(names) if isinstance(names, list) else set()
+
+
+def check(settings: Settings, name: str, registry: Any, given: ParamInput | None,
+          *, concrete: bool | None = None) -> Loaded:
+    """Locate, load and check one plan; problems are in the report, never raised."""
+    from .loading import DocumentError, load_file
+    from .validation import check_plan, plan_name
+
+    try:
+        path = find_plan(name, settings.plans_dir)
+    except PlanLookupError as exc:
+        return Loaded(PlanReport(file=exc.issue.file, issues=[exc.issue]), None)
+    shown = _shown(path, settings)
+    try:
+        doc = load_file(path, display=shown)
+    except DocumentError as exc:
+        return Loaded(PlanReport(file=shown, issues=list(exc.issues)), None, path=path)
+    report, plan = check_plan(doc, registry, settings, given, concrete=concrete,
+                              name_hint=plan_name(path, doc),
+                              approval_tools=_approval_tools(settings))
+    return Loaded(report, plan, document=doc.data, path=path)
+
+
+def _shown(path: Path, settings: Settings) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None
+             ) -> Report:
+    """Check the registry and the named plans (all plans in the folder when none).
+
+    Registry or configuration problems are reported before any plan is looked at.
+    """
+    from .paths import plan_names
+
+    try:
+        registry = load_registry(settings)
+    except Refused as exc:
+        return exc.report if isinstance(exc.report, Report) else Report()
+    report = Report()
+    targets = list(names) or plan_names(settings.plans_dir)
+    if not targets:
+        report.issues.append(Issue(code="not_found", severity="warning", file=str(
+            settings.plans_dir), message=f"no plans in {settings.plans_dir}"))
+    concrete = bool(given and given.given)
+    for name in targets:
+        report.plans.append(check(settings, name, registry, given, concrete=concrete).report)
+    return report
+
+
+@dataclass
+class DryRun:
+    """What ``execute --dry-run`` would do: order, approvals, parameters."""
+
+    plan: CheckedPlan
+    order: list[str]
+    approvals: list[Any] = field(default_factory=list)
+
+
+def _masked(plan: CheckedPlan) -> dict[str, Any]:
+    from .params import UNKNOWN
+
+    return {k: (SECRET_MASK if k in plan.secret_params else (None if v is UNKNOWN else v))
+            for k, v in plan.params.items()}
+
+
+def _contracts(plan: CheckedPlan) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for s in plan.steps:
+        t = s.tool
+        out[t.name] = {
+            "kind": t.kind, "contract": t.contract, "irreversible": t.entry.irreversible,
+            "idempotent": t.entry.idempotent, "key_arguments": t.entry.key_arguments,
+            "command": t.entry.command, "python": t.entry.python,
+        }
+    return out
+
+
+def lease_owner() -> str:
+    """This process as a lease holder: ``host:pid:token``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def execute(settings: Settings, name: str, given: ParamInput, *,
+            approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
+            max_parallel: int | None = None, keep_going: bool = False,
+            dry_run: bool = False, progress: Any = None) -> dict[str, Any] | DryRun:
+    """Load, check, journal, clear and run one plan (SPEC §5).
+
+    Returns:
+        The manifest (``dry_run``: a :class:`DryRun`, nothing journaled or run).
+
+    Raises:
+        Refused: the plan, registry or configuration is refused (exit 3); the run is
+            journaled ``refused`` when the plan file was found.
+        UsageError: ``--approve`` names no step of the plan (exit 2).
+        ApprovalError: a step was denied or could not be cleared (exit 4).
+        JournalError: the journal is unusable (exit 6).
+    """
+    from . import approval
+    from .journal import Journal, dumps, now
+    from .journal.store import new_run_id
+
+    registry = load_registry(settings)
+    loaded = check(settings, name, registry, given, concrete=True)
+    report = Report(plans=[loaded.report])
+    if loaded.plan is None:
+        if loaded.path is not None and not dry_run:
+            _journal_refused(settings, loaded, report)
+        raise Refused(f"plan {name!r} was refused", code=_first_code(loaded.report),
+                      report=report)
+    plan = loaded.plan
+    unknown = [s for s in approve if s not in plan.by_id]
+    if unknown:
+        raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step "
+                         f"(steps: {', '.join(plan.by_id)})")
+    requests = [approval.request_for(s) for s in plan.steps if s.approval_reason]
+    if dry_run:
+        return DryRun(plan=plan, order=plan.order(), approvals=requests)
+
+    run_id = new_run_id()
+    parallel = max_parallel or plan.max_parallel or settings.max_parallel
+    with Journal(settings.journal, write=True) as journal:
+        created = now()
+        journal.create_run(run={
+            "run_id": run_id, "root_run_id": run_id, "parent_run_id": None,
+            "plan_name": plan.name, "plan_file": plan.file, "plan_json": dumps(plan.document),
+            "digest": plan.digest, "revision": plan.revision, "goal": plan.goal,
+            "params_json": dumps(_masked(plan)), "contracts_json": dumps(_contracts(plan)),
+            "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going}),
+            "status": "running", "created_at": created, "lease_owner": lease_owner(),
+            "lease_expires": time.time() + 60,
+        }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
+            event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest})
+        if requests:
+            _clear(journal, run_id, requests, set(approve), approve_all, approver)
+        from .executor import Executor
+
+        executor = Executor(journal=journal, plan=plan, run_id=run_id, root_run_id=run_id,
+                            project=settings.project, max_parallel=parallel,
+                            keep_going=keep_going, progress=progress)
+        status = executor.run()
+        journal.finish_run(run_id, status)
+        from . import manifest
+
+        result = manifest.build(journal, run_id)
+        if executor.abandoned:
+            result["_abandoned_calls"] = executor.abandoned
+        return result
+
+
+def _first_code(report: PlanReport) -> str:
+    return report.issues[0].code if report.issues else "refused"
+
+
+def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None:
+    from .canonical import digest
+    from .journal import Journal, dumps, now
+    from .journal.store import new_run_id
+
+    run_id = new_run_id()
+    data = loaded.document
+    name = (data.get("name") if isinstance(data, dict) and isinstance(data.get("name"), str)
+            else loaded.path.stem if loaded.path else "plan")
+    try:
+        dig = digest(data)
+    except (TypeError, ValueError):
+        dig = ""
+    revision = data.get("revision") if isinstance(data, dict) else None
+    with Journal(settings.journal, write=True) as journal:
+        journal.refuse_run(run={
+            "run_id": run_id, "root_run_id": run_id, "plan_name": str(name),
+            "plan_file": loaded.report.file, "plan_json": dumps(data), "digest": dig,
+            "revision": revision if isinstance(revision, int) and revision >= 1 else 1,
+            "goal": data.get("goal") if isinstance(data, dict) and isinstance(
+                data.get("goal"), str) else None,
+            "params_json": "{}", "contracts_json": "{}", "status": "refused",
+            "report_json": dumps(report.to_json()), "created_at": now(), "finished_at": now(),
+        }, report={"issues": [i.to_json() for i in loaded.report.issues]})
+
+
+def _clear(journal: Any, run_id: str, requests: list[Any], approve: set[str],
+           approve_all: bool, approver: Any) -> None:
+    """Clear every request or raise :class:`ApprovalError` (the run is then ``denied``)."""
+    from .approval import clear
+
+    for r in requests:
+        journal.add_event(run_id, "approval_required", step_id=r.step_id,
+                          data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
+    by_step = {r.step_id: r for r in requests}
+    try:
+        decisions = clear(requests, approve=approve, approve_all=approve_all,
+                          approver=approver)
+    except ApprovalError as exc:
+        for d in exc.details or []:
+            _record(journal, run_id, by_step[d.step_id], d)
+        journal.finish_run(run_id, "denied", {"reason": "approval_required"})
+        raise
+    for d in decisions:
+        _record(journal, run_id, by_step[d.step_id], d)
+    denied = [d for d in decisions if not d.granted]
+    asked = {d.step_id for d in decisions}
+    if denied or any(r.step_id not in asked for r in requests):
+        journal.finish_run(run_id, "denied", {"reason": "approval_denied"})
+        d = denied[0] if denied else None
+        why = f" ({d.reason})" if d and d.reason else ""
+        step = d.step_id if d else next(r.step_id for r in requests if r.step_id not in asked)
+        raise ApprovalError(f"step {step!r} was not approved{why}; nothing ran",
+                            code="approval_denied",
+                            hint=f"Run again and answer y, or pass --approve {step}.")
+
+
+def _record(journal: Any, run_id: str, request: Any, d: Any) -> None:
+    journal.record_approval(run_id=run_id, step_id=d.step_id, tool=request.tool,
+                            digest=request.digest, granted=d.granted, decided_by=d.decided_by,
+                            method=d.method, reason=d.reason)
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def _reader(settings: Settings) -> Any:
+    from .journal import Journal
+
+    return Journal(settings.journal, write=False)
+
+
+def status(settings: Settings, run_ref: str) -> dict[str, Any]:
+    """The manifest of a run (id or unique prefix).
+
+    Raises:
+        RunError: ``unknown_run`` (exit 5).
+    """
+    from . import manifest
+
+    with _reader(settings) as journal:
+        return manifest.build(journal, journal.resolve_run_id(run_ref))
+
+
+def runs(settings: Settings, *, plan: str | None = None, status: str | None = None,
+         limit: int | None = None) -> list[dict[str, Any]]:
+    """Run summaries, newest first."""
+    with _reader(settings) as journal:
+        return list(journal.list_runs(plan=plan, status=status, limit=limit))
+
+
+def log(settings: Settings, run_ref: str) -> tuple[str, list[dict[str, Any]]]:
+    """(run id, the run's events in order)."""
+    with _reader(settings) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        return run_id, list(journal.events(run_id))
+
+
+def output(settings: Settings, run_ref: str, step: str, item: int | None = None) -> Any:
+    """The output of one step (or fan-out item) of a run.
+
+    Raises:
+        RunError: ``unknown_run``; ``no_output`` when the step did not succeed (exit 5).
+        UsageError: ``unknown_step``, the run has no such step or item (exit 2).
+    """
+    with _reader(settings) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        found = journal.step_output(run_id, step, item)
+        if found is None:
+            steps = [r["step_id"] for r in journal.step_rows(run_id)]
+            raise UsageError(f"run {run_id} has no step {step!r}"
+                             + (f" item {item}" if item is not None else "")
+                             + f" (steps: {', '.join(steps)})", code="unknown_step")
+        state, value = found
+        if state != "succeeded":
+            raise RunError(f"step {step!r} of run {run_id} is {state}; it has no output",
+                           code="no_output")
+        return value

@@ -1,0 +1,295 @@
+"""The ``planrun`` command line (Typer): parse, call :mod:`planrun.api`, render.
+
+No SQL, no jsonschema, no business logic here. Heavy modules are imported inside the
+commands that need them so that ``planrun --help`` starts fast. Every
+:class:`~planrun.errors.PlanrunError` becomes one message on stderr and the exit status of
+SPEC §9; anything else is a bug and shows a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from enum import Enum
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from . import __version__
+
+app = typer.Typer(
+    name="planrun",
+    help="Validate, approve, run and resume plans of tool calls, journaled in SQLite.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+T = TypeVar("T")
+
+# --- common options (accepted after the command name) ------------------------------------
+
+JournalOpt = Annotated[str | None, typer.Option(
+    "--journal", help="Journal file (default: $PLANRUN_JOURNAL, planrun.toml, or the user "
+    "data folder).", metavar="PATH")]
+ProjectOpt = Annotated[str | None, typer.Option(
+    "-C", "--project", help="Project folder (default: where planrun.toml is found).",
+    metavar="DIR")]
+VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="More detail on errors.")]
+QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Print only results and "
+                                        "errors.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour (also NO_COLOR).")]
+ParamOpt = Annotated[list[str] | None, typer.Option(
+    "-p", "--param", help="A parameter value, NAME=VALUE (parsed by its declared type); "
+    "repeatable.", metavar="NAME=VALUE")]
+ParamsFileOpt = Annotated[str | None, typer.Option(
+    "--params-file", help="YAML or JSON file of parameter values.", metavar="FILE")]
+
+
+class Format(str, Enum):
+    """Report formats of ``planrun validate``."""
+
+    text = "text"
+    json = "json"
+    github = "github"
+
+
+def _fail(exc: Any, verbose: bool) -> NoReturn:
+    from .ui import print_error
+
+    print_error(exc, verbose)
+    raise typer.Exit(exc.exit_code)
+
+
+def _settings(project: str | None, journal: str | None) -> Any:
+    from .paths import load_settings
+
+    return load_settings(project=project, journal=journal)
+
+
+def _guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> T:
+    """Run ``fn``; turn a PlanrunError into its message and exit status."""
+    from .errors import PlanrunError, Refused
+
+    try:
+        return fn()
+    except Refused as exc:
+        from .issues import Report
+        from .ui import print_error, print_json, print_report
+
+        if isinstance(exc.report, Report):
+            if as_json:
+                print_json({"ok": False, "error": {"code": exc.code, "message": exc.message},
+                            **exc.report.to_json()})
+            else:
+                print_report(exc.report, "text", stream=sys.stderr)
+        print_error(exc, verbose)
+        raise typer.Exit(exc.exit_code) from None
+    except PlanrunError as exc:
+        if as_json:
+            from .ui import print_json
+
+            print_json({"ok": False, "error": {"code": exc.code, "message": exc.message,
+                                               "hint": exc.hint}})
+        _fail(exc, verbose)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"planrun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Validate, approve, run and resume plans of tool calls, journaled in SQLite."""
+
+
+@app.command()
+def validate(
+    plans: Annotated[list[str] | None, typer.Argument(
+        help="Plan names or files (default: every plan in the plans folder).")] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Check the registry and plans without calling any tool (exit 0 valid, 3 refused)."""
+    from . import api
+    from .ui import print_report
+
+    settings = _guard(lambda: _settings(project, journal), verbose)
+    given = _guard(lambda: api.param_input(param or [], params_file), verbose)
+    report = _guard(lambda: api.validate(settings, plans or [], given), verbose)
+    print_report(report, fmt.value, strict=strict)
+    raise typer.Exit(0 if report.ok(strict=strict) else 3)
+
+
+@app.command()
+def execute(
+    plan: Annotated[str, typer.Argument(help="Plan name (in the plans folder) or file path.")],
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    approve: Annotated[list[str] | None, typer.Option(
+        "--approve", help="Clear this step without asking; repeatable.",
+        metavar="STEP")] = None,
+    approve_all: Annotated[bool, typer.Option(
+        "--approve-all", help="Clear every step that needs approval.")] = False,
+    approval_timeout: Annotated[float | None, typer.Option(
+        "--approval-timeout", help="On a terminal, deny when nobody answers in this many "
+        "seconds.", metavar="SECONDS", min=0)] = None,
+    max_parallel: Annotated[int | None, typer.Option(
+        "--max-parallel", help="Calls running at once (default: plan, planrun.toml, 4).",
+        min=1)] = None,
+    keep_going: Annotated[bool, typer.Option(
+        "--keep-going", help="After a failure, go on with steps that do not depend on "
+        "it.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Check and show the order and approvals; run and journal "
+        "nothing.")] = False,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Run a plan: validate, journal, clear approvals, run steps in dependency order."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
+    result = _guard(lambda: api.execute(
+        settings, plan, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+        dry_run=dry_run), verbose, as_json)
+    if isinstance(result, api.DryRun):
+        if as_json:
+            ui.print_json({"plan": result.plan.name, "order": result.order,
+                           "approvals": [r.step_id for r in result.approvals]})
+        else:
+            ui.print_dry_run(result)
+        raise typer.Exit(0)
+    _finish(result, as_json, no_color)
+
+
+def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn:
+    from . import ui
+
+    abandoned = manifest.pop("_abandoned_calls", 0)
+    if as_json:
+        ui.print_json(manifest)
+    else:
+        ui.print_manifest(manifest, no_color=no_color)
+    code = 0 if manifest["status"] == "completed" else 1
+    if abandoned:
+        # A python tool call that timed out is still running in a thread; do not wait.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(
+    run: Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).")],
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Show a run's manifest."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    m = _guard(lambda: api.status(settings, run), verbose, as_json)
+    if as_json:
+        ui.print_json(m)
+    else:
+        ui.print_manifest(m, no_color=no_color)
+
+
+@app.command()
+def runs(
+    plan: Annotated[str | None, typer.Option("--plan", help="Only runs of this plan.")] = None,
+    status_: Annotated[str | None, typer.Option("--status", help="Only runs in this "
+                                                "status.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.",
+                                              min=1)] = None,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List runs, newest first."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    rows = _guard(lambda: api.runs(settings, plan=plan, status=status_, limit=limit),
+                  verbose, as_json)
+    if as_json:
+        ui.print_json(rows)
+    else:
+        ui.print_runs(rows)
+
+
+@app.command()
+def log(
+    run: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
+    tracebacks: Annotated[bool, typer.Option("--tracebacks", help="Show tools' "
+                                             "tracebacks.")] = False,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show a run's events in order."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    run_id, events = _guard(lambda: api.log(settings, run), verbose, as_json)
+    if as_json:
+        if not tracebacks:
+            for e in events:
+                if isinstance(e["data"], dict):
+                    e["data"].pop("traceback", None)
+        ui.print_json(events)
+    else:
+        ui.print_events(events, tracebacks)
+
+
+@app.command()
+def output(
+    run: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
+    step: Annotated[str, typer.Argument(help="Step id.")],
+    item: Annotated[int | None, typer.Option("--item", help="A fan-out item's index.",
+                                             min=0)] = None,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Print one step's output as JSON on stdout."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose)
+    value = _guard(lambda: api.output(settings, run, step, item), verbose)
+    ui.print_json(value)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

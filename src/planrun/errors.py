@@ -1,0 +1,131 @@
+"""planrun's error hierarchy: every error has a stable code and an exit status.
+
+The exit statuses are the table of SPEC §9; the codes are the public interface scripts
+match on (SPEC §4 for plan problems, §7 for run problems)::
+
+    PlanrunError                     (code, message, hint, details)
+    ├── UsageError                   exit 2  usage          command-line misuse
+    ├── Refused                      exit 3  (report code)  plan/registry/config refused
+    ├── ApprovalError                exit 4  approval_required | approval_denied
+    ├── RunError                     exit 5  unknown_run | run_busy | run_not_resumable |
+    │                                        indeterminate
+    ├── JournalError                 exit 6  journal        cannot open/write, corrupt, newer
+    └── Interrupted                  exit 130 (SIGINT) / 143 (SIGTERM)
+
+A run that finishes with failed steps is not an error: the manifest says so and the CLI
+exits 1 (``EXIT_RUN_FAILED``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_APPROVAL = 4
+EXIT_RUN = 5
+EXIT_JOURNAL = 6
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+#: Exit status → meaning; the README's table is checked against this (tests/test_docs.py).
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success (plan valid; run completed)",
+    EXIT_RUN_FAILED: "the run finished with failed steps",
+    EXIT_USAGE: "command-line usage error",
+    EXIT_REFUSED: "plan, registry or configuration refused (validation report printed)",
+    EXIT_APPROVAL: "approval denied or required but not available",
+    EXIT_RUN: "run cannot proceed: `unknown_run`, `run_busy`, `run_not_resumable`, "
+    "`indeterminate`",
+    EXIT_JOURNAL: "journal unusable (cannot open/write, corrupt, newer schema)",
+    EXIT_SIGINT: "interrupted by SIGINT (the run is resumable)",
+    EXIT_SIGTERM: "interrupted by SIGTERM (the run is resumable)",
+}
+
+
+class PlanrunError(Exception):
+    """Base of every error planrun reports to a user.
+
+    Args:
+        code: stable machine-readable code (e.g. ``unknown_run``).
+        message: what is wrong, one sentence.
+        hint: what to do about it (optional).
+        details: extra data shown with ``-v`` and in JSON output.
+    """
+
+    exit_code: int = EXIT_USAGE
+    default_code: str = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        hint: str | None = None,
+        details: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code or self.default_code
+        self.message = message
+        self.hint = hint
+        self.details = details
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" + (f" {self.hint}" if self.hint else "")
+
+
+class UsageError(PlanrunError):
+    """The command line is wrong (exit 2), e.g. ``--approve`` naming no step of the plan."""
+
+    exit_code = EXIT_USAGE
+    default_code = "usage"
+
+
+class Refused(PlanrunError):
+    """A plan, the registry or the configuration is refused (exit 3).
+
+    ``report`` holds the validation report (``planrun.validation.Report``) when there is
+    one; the CLI prints it.
+    """
+
+    exit_code = EXIT_REFUSED
+    default_code = "refused"
+
+    def __init__(self, message: str, *, report: Any = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.report = report
+
+
+class ApprovalError(PlanrunError):
+    """A step that needs clearance was denied or could not be asked about (exit 4)."""
+
+    exit_code = EXIT_APPROVAL
+    default_code = "approval_required"
+
+
+class RunError(PlanrunError):
+    """A run cannot proceed (exit 5): ``unknown_run``, ``run_busy``, ``run_not_resumable``,
+    ``indeterminate``.
+    """
+
+    exit_code = EXIT_RUN
+    default_code = "unknown_run"
+
+
+class JournalError(PlanrunError):
+    """The journal cannot be opened, read or written, is corrupt, or is newer (exit 6)."""
+
+    exit_code = EXIT_JOURNAL
+    default_code = "journal"
+
+
+class Interrupted(PlanrunError):
+    """The run was stopped by SIGINT (exit 130) or SIGTERM (exit 143); it is resumable."""
+
+    default_code = "interrupted"
+
+    def __init__(self, message: str, *, signal_exit: int, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.exit_code = signal_exit

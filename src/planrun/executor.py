@@ -1,0 +1,290 @@
+"""The scheduler: dispatch, outcomes, retries, timeouts, conditions (SPEC §5).
+
+An asyncio loop over :class:`graphlib.TopologicalSorter` (``get_ready()`` / ``done()``):
+steps whose dependencies succeeded are dispatched, ties broken by the order steps are
+written in; at most ``max_parallel`` calls run at once. Every step follows *record, then
+call, then record*: the dispatch record (``running`` + idempotency key) commits before the
+tool is called, the outcome (``succeeded`` with output / ``failed`` with error) commits
+after it. All journal writes happen on the loop's thread: one writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import graphlib
+import heapq
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .canonical import digest
+from .journal import Journal, dumps
+from .params import IndexRef, ItemRef, Ref, ResolveError, StepRef, dig, resolve
+from .tools import CallTimeout, StepContext, ToolFailure, call_command, call_python
+from .validation import CheckedPlan, CheckedStep
+
+Progress = Callable[[str, str, dict[str, Any]], None]
+
+
+def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int | None,
+                    arguments: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of {plan, root run, step, item, tool, arguments} (SPEC §7).
+
+    With ``key_arguments`` only those arguments count.
+    """
+    keys = step.tool.entry.key_arguments
+    args = {k: arguments.get(k) for k in keys} if keys is not None else arguments
+    return digest({"plan": plan, "root_run_id": root_run_id, "step": step.id, "item": item,
+                   "tool": step.tool.name, "arguments": args})
+
+
+@dataclass
+class StepState:
+    """What the scheduler knows of one step during a run."""
+
+    status: str = "pending"
+    output: Any = None
+    reason: str | None = None
+
+
+@dataclass
+class Executor:
+    """Runs the pending steps of one journaled run.
+
+    Args:
+        journal: the journal (open for writing).
+        plan: the checked plan.
+        run_id: the run.
+        root_run_id: the first run of its lineage (part of idempotency keys).
+        project: the project folder (commands run there).
+        max_parallel: calls running at once.
+        keep_going: after a failure, go on with steps that do not depend on it.
+        state: known step states (succeeded steps are not run again).
+        progress: optional callback ``(kind, step_id, info)`` for display.
+    """
+
+    journal: Journal
+    plan: CheckedPlan
+    run_id: str
+    root_run_id: str
+    project: Path
+    max_parallel: int = 4
+    keep_going: bool = False
+    state: dict[str, StepState] = field(default_factory=dict)
+    progress: Progress | None = None
+    stopping: str | None = None
+    abandoned: int = 0
+
+    def run(self) -> str:
+        """Run to the end; returns the run status (``completed`` | ``failed``)."""
+        for s in self.plan.steps:
+            self.state.setdefault(s.id, StepState())
+        pool = ThreadPoolExecutor(max_workers=self.max_parallel,
+                                  thread_name_prefix="planrun-tool")
+        try:
+            asyncio.run(self._main(pool))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
+        return "failed" if bad else "completed"
+
+    def _emit(self, kind: str, sid: str, **info: Any) -> None:
+        if self.progress is not None:
+            self.progress(kind, sid, info)
+
+    async def _main(self, pool: ThreadPoolExecutor) -> None:
+        self._pool = pool
+        self._sem = asyncio.Semaphore(self.max_parallel)
+        sorter = graphlib.TopologicalSorter(self.plan.deps)
+        sorter.prepare()
+        heap: list[tuple[int, str]] = []
+        running: dict[asyncio.Task[None], str] = {}
+        by_id = self.plan.by_id
+        while sorter.is_active():
+            for sid in sorter.get_ready():
+                heapq.heappush(heap, (by_id[sid].index, sid))
+            while heap:
+                _, sid = heapq.heappop(heap)
+                st = self.state[sid]
+                if st.status in ("succeeded", "skipped", "failed", "indeterminate"):
+                    sorter.done(sid)
+                    continue
+                blocked = self._blocked(by_id[sid])
+                if blocked is not None:
+                    self._skip(sid, *blocked)
+                    sorter.done(sid)
+                    continue
+                if self.stopping is not None:
+                    self._skip(sid, "stopped", self.stopping)
+                    sorter.done(sid)
+                    continue
+                task = asyncio.create_task(self._run_step(by_id[sid]))
+                running[task] = sid
+            if not running:
+                continue
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=lambda t: by_id[running[t]].index):
+                sid = running.pop(task)
+                task.result()  # a journal error or a bug propagates
+                sorter.done(sid)
+
+    def _blocked(self, step: CheckedStep) -> tuple[str, str] | None:
+        """(reason, message) when a dependency did not succeed."""
+        reason: tuple[str, str] | None = None
+        for dep in step.depends_on:
+            st = self.state[dep]
+            if st.status == "succeeded":
+                continue
+            if st.status == "skipped" and st.reason == "condition":
+                reason = reason or ("condition", f"dependency {dep!r} was skipped by its "
+                                    "condition")
+                continue
+            return ("dependency", f"dependency {dep!r} {st.status}")
+        return reason
+
+    def _skip(self, sid: str, reason: str, message: str) -> None:
+        self.journal.step_skipped(self.run_id, sid, reason, message)
+        st = self.state[sid]
+        st.status, st.reason = "skipped", reason
+        self._emit("skipped", sid, reason=reason, message=message)
+
+    def _stop(self, sid: str, status: str) -> None:
+        if not self.keep_going and self.stopping is None:
+            self.stopping = f"the run stopped after step {sid!r} {status}"
+
+    def _lookup(self, step: CheckedStep, item: Any = None, index: int | None = None
+                ) -> Callable[[Ref], Any]:
+        def lookup(ref: Ref) -> Any:
+            if isinstance(ref, StepRef):
+                st = self.state[ref.step]
+                return dig(st.output, ref.path, f"steps.{ref.step}.output")
+            if isinstance(ref, ItemRef):
+                return dig(item, ref.path, "item")
+            if isinstance(ref, IndexRef):
+                return index
+            raise ResolveError(f"unexpected placeholder {ref.source()}")
+        return lookup
+
+    def _fail_now(self, step: CheckedStep, code: str, message: str) -> None:
+        """Fail a step before its tool is called (no dispatch record)."""
+        self.journal.step_finished(self.run_id, step.id, status="failed", key=None,
+                                   error={"code": code, "message": message}, expect="pending")
+        self.state[step.id].status = "failed"
+        self._emit("failed", step.id, error={"code": code, "message": message})
+        self._stop(step.id, "failed")
+
+    async def _run_step(self, step: CheckedStep) -> None:
+        if step.when is not None:
+            from .conditions import ConditionError, evaluate
+
+            outputs = {sid: st.output for sid, st in self.state.items()
+                       if st.status == "succeeded"}
+            try:
+                go = evaluate(step.when, self.plan.params, outputs)
+            except ConditionError as exc:
+                self._fail_now(step, "condition", str(exc))
+                return
+            if not go:
+                self._skip(step.id, "condition", f"when is false: {step.when}")
+                return
+        if step.for_each is not None:
+            self._fail_now(step, "unsupported", "for_each fan-out is not supported yet")
+            return
+        try:
+            arguments = resolve(step.arguments, self._lookup(step))
+        except ResolveError as exc:
+            self._fail_now(step, "reference", str(exc))
+            return
+        from .validation import argument_problems
+
+        problems = argument_problems(step.tool, arguments)
+        if problems:
+            self._fail_now(step, "arguments", "; ".join(
+                f"{p or '/'}: {m}" for p, m, _k in problems))
+            return
+        key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
+                              item=None, arguments=arguments)
+        async with self._sem:
+            if self.stopping is not None:
+                self._skip(step.id, "stopped", self.stopping)
+                return
+            await self._attempts(step, arguments, key)
+
+    async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str) -> None:
+        policy = step.retries
+        max_attempts = int(policy["max_attempts"])
+        st = self.state[step.id]
+        attempt = 0
+        while True:
+            attempt += 1
+            self.journal.step_started(self.run_id, step.id, attempt=attempt, key=key,
+                                      root_run_id=self.root_run_id)
+            st.status = "running"
+            self._emit("started", step.id, attempt=attempt)
+            ctx = StepContext(run_id=self.run_id, step_id=step.id, item_index=None,
+                              idempotency_key=key, attempt=attempt)
+            try:
+                output = await self._call(step, arguments, ctx)
+                error = self._check_output(step, output)
+            except CallTimeout as exc:
+                error = exc.error
+                if not step.tool.entry.idempotent:
+                    if step.tool.kind == "python":
+                        self.abandoned += 1
+                    self.journal.step_finished(self.run_id, step.id, status="indeterminate",
+                                               key=None, error=error)
+                    st.status = "indeterminate"
+                    self._emit("indeterminate", step.id, error=error)
+                    self._stop(step.id, "timed out")
+                    return
+                if step.tool.kind == "python":
+                    self.abandoned += 1
+            except ToolFailure as exc:
+                error = exc.error
+            if error is None:
+                self.journal.step_finished(self.run_id, step.id, status="succeeded", key=key,
+                                           output=output)
+                st.status, st.output = "succeeded", output
+                self._emit("succeeded", step.id)
+                return
+            codes = policy.get("on_exit_codes")
+            retryable = error.get("code") in ("tool_error", "exit_status", "timeout") and (
+                codes is None or error.get("exit_code") in codes)
+            if attempt < max_attempts and retryable:
+                delay = float(policy["backoff_s"]) * (2 ** (attempt - 1))
+                # the failed attempt's key is released by the retry's new dispatch record
+                self.journal.step_retried(self.run_id, step.id, attempt, error, delay)
+                self._emit("retried", step.id, attempt=attempt, error=error)
+                if delay:
+                    await asyncio.sleep(delay)
+                continue
+            self.journal.step_finished(self.run_id, step.id, status="failed", key=key,
+                                       error=error)
+            st.status = "failed"
+            self._emit("failed", step.id, error=error)
+            self._stop(step.id, "failed")
+            return
+
+    async def _call(self, step: CheckedStep, arguments: dict[str, Any],
+                    ctx: StepContext) -> Any:
+        if step.tool.kind == "python":
+            return await call_python(step.tool, arguments, ctx, self._pool, step.timeout)
+        return await call_command(step.tool, arguments, ctx, self.project, step.timeout)
+
+    @staticmethod
+    def _check_output(step: CheckedStep, output: Any) -> dict[str, Any] | None:
+        """None when ``output`` is JSON data that fits the tool's ``output_schema``."""
+        try:
+            dumps(output)
+        except (TypeError, ValueError) as exc:
+            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
+                    f"that is not JSON data: {exc}"}
+        validator = step.tool.output_validator
+        if validator is not None:
+            errors = [e.message for e in validator.iter_errors(output)]
+            if errors:
+                return {"code": "output", "message": f"tool {step.tool.name!r} output does "
+                        f"not match its output_schema: {errors[0]}"}
+        return None

@@ -1,0 +1,124 @@
+"""Validation issues and reports (SPEC §4).
+
+An :class:`Issue` is one problem found in a plan, the registry or the configuration; a
+:class:`Report` gathers every issue of one ``validate``/``execute`` call so that a user sees
+all problems at once. Issues are plain frozen dataclasses: cheap to create by the hundred
+thousand when a large plan is checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+#: Stable issue codes (SPEC §4) → meaning. The README's table is checked against this.
+ISSUE_CODES: dict[str, str] = {
+    "registry": "`tools.yaml` is invalid (file-level issue)",
+    "config": "`planrun.toml` is invalid (file-level issue)",
+    "too_large": "the file, or what its aliases expand to, is over the size bound",
+    "not_found": "no plan of that name (message lists those that exist)",
+    "bad_name": "plan name escapes the plans folder",
+    "syntax": "the file is not valid YAML/JSON",
+    "duplicate_key": "a mapping repeats a key",
+    "schema": "the document does not have the plan format's shape (unknown field, wrong type)",
+    "format_version": "`planrun:` missing or not a supported version",
+    "param_missing": "a placeholder names an undeclared parameter, or a required one has no value",
+    "param_unused": "a declared parameter is used nowhere",
+    "param_unknown": "a value was given for an undeclared parameter",
+    "param_type": "a parameter value fails its schema or does not parse as its type",
+    "placeholder": "malformed placeholder or unknown placeholder root",
+    "empty": "no steps",
+    "too_long": "more steps than `max_steps` (refused, never trimmed)",
+    "duplicate_id": "two steps share an id",
+    "unknown_tool": "the registry has no such tool (message suggests the closest name)",
+    "not_allowed": "the tool is outside the policy's allowed tools",
+    "arguments": "an argument is missing, undeclared, or not of the declared type",
+    "dependency": "`depends_on` names a step that does not exist, or the step itself",
+    "cycle": "steps wait on each other (message names the cycle)",
+    "reference": "a run-time placeholder names a step that is not an ancestor, "
+    "or `{item}` outside `for_each`",
+    "refused": "the policy refuses this tool outright",
+    "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
+}
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One problem (SPEC §4).
+
+    Attributes:
+        code: a key of :data:`ISSUE_CODES`.
+        message: what is wrong and how to fix it.
+        severity: ``error`` (the plan is refused) or ``warning``.
+        step: the step id the issue belongs to, or None.
+        path: JSON Pointer into the document (``/steps/2/arguments/keep``), "" for the root.
+        file: the file the issue is in, or None (e.g. a value given with ``-p``).
+        line: 1-based line of the offending node, or None when it has no node in a file.
+        column: 1-based column, or None.
+    """
+
+    code: str
+    message: str
+    severity: Severity = "error"
+    step: str | None = None
+    path: str | None = None
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The issue as the JSON object of ``validate --format json``."""
+        return asdict(self)
+
+
+@dataclass
+class PlanReport:
+    """The issues of one plan file; ``plan`` summarises it when it could be read."""
+
+    file: str | None
+    issues: list[Issue] = field(default_factory=list)
+    plan: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when no issue is an error."""
+        return not any(i.severity == "error" for i in self.issues)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"file", "ok", "issues", "plan"}`` as in SPEC §4."""
+        return {
+            "file": self.file,
+            "ok": self.ok,
+            "issues": [i.to_json() for i in self.issues],
+            "plan": self.plan,
+        }
+
+
+@dataclass
+class Report:
+    """Everything one validation found: file-level issues plus one report per plan."""
+
+    issues: list[Issue] = field(default_factory=list)
+    plans: list[PlanReport] = field(default_factory=list)
+
+    def all_issues(self) -> list[Issue]:
+        """Registry/config issues first, then each plan's, in order."""
+        out = list(self.issues)
+        for p in self.plans:
+            out.extend(p.issues)
+        return out
+
+    def ok(self, *, strict: bool = False) -> bool:
+        """True when nothing is an error (with ``strict``, nothing is a warning either)."""
+        bad = {"error", "warning"} if strict else {"error"}
+        return not any(i.severity in bad for i in self.all_issues())
+
+    def to_json(self, *, strict: bool = False) -> dict[str, Any]:
+        """The ``validate --format json`` object: ``{"ok", "issues", "plans"}``."""
+        return {
+            "ok": self.ok(strict=strict),
+            "issues": [i.to_json() for i in self.issues],
+            "plans": [p.to_json() for p in self.plans],
+        }

@@ -1,0 +1,140 @@
+"""Opening the SQLite journal: pragmas, transactions, migrations (SPEC §7).
+
+This package is the only code that imports :mod:`sqlite3`. Every connection runs in
+autocommit mode (``isolation_level=None``) and writes only inside :func:`atomic`, which
+starts with ``BEGIN IMMEDIATE`` (the write lock is taken up front, so a busy journal waits
+``busy_timeout`` instead of failing half-way) and rolls back on any exception.
+Pragmas: WAL, ``synchronous=FULL`` (a committed record survives power loss),
+``foreign_keys=ON``, ``busy_timeout`` 30 s.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import JournalError
+from .schema import MIGRATIONS, SCHEMA_VERSION
+
+#: How long a writer waits for another process's transaction, in milliseconds.
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _fail(path: Path, exc: BaseException, doing: str) -> JournalError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.DatabaseError) and (
+            "not a database" in text or "malformed" in text or "corrupt" in text):
+        return JournalError(f"the journal {path} is corrupt or not a planrun journal ({text})",
+                            hint="Move it aside and start a new journal with --journal.")
+    return JournalError(f"cannot {doing} the journal {path}: {text}",
+                        hint="Check the path and its permissions, or choose another with "
+                        "--journal.")
+
+
+@contextmanager
+def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction: ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+    conn.execute("COMMIT")
+
+
+def _pragmas(conn: sqlite3.Connection) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA synchronous = FULL")
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _check_version(path: Path, version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise JournalError(
+            f"the journal {path} has schema version {version}, newer than this planrun "
+            f"understands ({SCHEMA_VERSION})",
+            hint="Upgrade planrun, or use another journal with --journal.")
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring the schema to :data:`SCHEMA_VERSION` (forward only, one transaction each)."""
+    version = _version(conn)
+    _check_version(path, version)
+    while version < SCHEMA_VERSION:
+        with atomic(conn):
+            version = _version(conn)  # another process may have migrated meanwhile
+            if version >= SCHEMA_VERSION:
+                break
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            version += 1
+            conn.execute(f"PRAGMA user_version = {version}")
+
+
+def open_write(path: Path) -> sqlite3.Connection:
+    """Open (creating if needed) and migrate the journal for writing.
+
+    Raises:
+        JournalError: cannot create/open/write, corrupt, or newer schema (exit 6).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(path, exc, "create the folder of") from None
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise _fail(path, exc, "open") from None
+    try:
+        _pragmas(conn)
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"cannot switch to WAL (mode {mode})")
+        migrate(conn, path)
+    except JournalError:
+        conn.close()
+        raise
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _fail(path, exc, "write") from None
+    return conn
+
+
+def open_read(path: Path) -> sqlite3.Connection | None:
+    """Open the journal read-only; None when it does not exist yet (reads see it empty).
+
+    Never creates or migrates.
+
+    Raises:
+        JournalError: unreadable, corrupt, or newer schema (exit 6).
+    """
+    if not path.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                               timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        version = _version(conn)
+    except sqlite3.Error as exc:
+        raise _fail(path, exc, "read") from None
+    _check_version(path, version)
+    if version == 0:
+        conn.close()
+        return None
+    if version < SCHEMA_VERSION:
+        conn.close()
+        # An older journal: migrating is a write, which reads never do on their own.
+        raise JournalError(f"the journal {path} has schema version {version}; this planrun "
+                           f"needs {SCHEMA_VERSION}",
+                           hint="Run any planrun execute/resume once to migrate it.")
+    return conn

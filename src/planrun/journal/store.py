@@ -1,0 +1,398 @@
+"""Journal records: runs, steps, items, approvals, events, idempotency keys (SPEC §7).
+
+Every state change and its event are written in one transaction. A step's dispatch record
+(``running`` with its idempotency key) commits before its tool is called; its outcome is an
+UPDATE guarded by the expected status, so a record can never move backwards.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import JournalError, RunError
+from .connection import _fail, atomic, open_read, open_write
+
+EVENT_KINDS = (
+    "planned", "plan_refused", "approval_required", "approval_granted", "approval_denied",
+    "autonomy_escalated", "autonomy_refused", "step_started", "step_succeeded", "step_failed",
+    "step_retried", "step_skipped", "step_replayed", "run_interrupted", "run_resumed",
+    "run_finished", "indeterminate_resolved",
+)
+STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indeterminate")
+RUN_STATUSES = ("running", "completed", "failed", "interrupted", "denied", "refused")
+#: Shortest run-id prefix accepted (SPEC §8).
+MIN_PREFIX = 4
+
+
+def now() -> str:
+    """The current time, RFC 3339 in UTC with an offset (``2026-11-29T12:00:00.123+00:00``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def new_run_id() -> str:
+    """A fresh run id: 16 random hex characters."""
+    return secrets.token_hex(8)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON for a column."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class Journal:
+    """A handle on one journal file.
+
+    Args:
+        path: the SQLite file.
+        write: open for writing (creates and migrates); else read-only, and a journal that
+            does not exist yet reads as empty.
+
+    Raises:
+        JournalError: the file cannot be used (exit 6).
+    """
+
+    def __init__(self, path: Path, *, write: bool) -> None:
+        self.path = path
+        self.conn: sqlite3.Connection | None = open_write(path) if write else open_read(path)
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing ---------------------------------------------------------------------
+
+    def _c(self) -> sqlite3.Connection:
+        if self.conn is None:
+            raise JournalError(f"the journal {self.path} is not open for this")
+        return self.conn
+
+    def _write(self) -> Any:
+        return _Tx(self)
+
+    def _event(self, conn: sqlite3.Connection, run_id: str, kind: str,
+               step_id: str | None = None, item: int | None = None, data: Any = None,
+               ts: str | None = None) -> None:
+        conn.execute(
+            "INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, ts or now(), kind, step_id, item, None if data is None else dumps(data)))
+
+    # --- runs -----------------------------------------------------------------------------
+
+    def create_run(self, *, run: dict[str, Any], steps: list[tuple[str, int, str]],
+                   event_data: Any = None) -> None:
+        """Journal a new run and its steps as ``pending``, with its ``planned`` event.
+
+        ``run`` holds the columns of ``runs`` (``run_id``, ``plan_name`` …); ``steps`` is
+        (step id, position, tool) per step.
+        """
+        cols = list(run)
+        with self._write() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES "
+                      f"({', '.join('?' for _ in cols)})", [run[k] for k in cols])
+            c.executemany(
+                "INSERT INTO steps (run_id, step_id, position, tool, status) "
+                "VALUES (?, ?, ?, ?, 'pending')",
+                [(run["run_id"], sid, pos, tool) for sid, pos, tool in steps])
+            self._event(c, run["run_id"], "planned", data=event_data, ts=run["created_at"])
+
+    def refuse_run(self, *, run: dict[str, Any], report: Any) -> None:
+        """Journal a run refused by validation (status ``refused``, ``plan_refused``)."""
+        cols = list(run)
+        with self._write() as c:
+            c.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES "
+                      f"({', '.join('?' for _ in cols)})", [run[k] for k in cols])
+            self._event(c, run["run_id"], "plan_refused", data=report, ts=run["created_at"])
+
+    def finish_run(self, run_id: str, status: str, data: Any = None) -> None:
+        """Set the run's final status, with its ``run_finished`` event."""
+        ts = now()
+        with self._write() as c:
+            c.execute("UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
+                      (status, ts, run_id))
+            self._event(c, run_id, "run_finished", data={"status": status, **(data or {})},
+                        ts=ts)
+
+    def set_run_status(self, run_id: str, status: str, event: str | None = None,
+                       data: Any = None) -> None:
+        """Set the run's status (optionally with one event)."""
+        with self._write() as c:
+            c.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
+            if event:
+                self._event(c, run_id, event, data=data)
+
+    def record_approval(self, *, run_id: str, step_id: str, tool: str, digest: str,
+                        granted: bool, decided_by: str, method: str, reason: str | None,
+                        item: int | None = None) -> None:
+        """Journal one approval decision with its ``approval_granted|denied`` event."""
+        ts = now()
+        with self._write() as c:
+            c.execute(
+                "INSERT INTO approvals (run_id, step_id, item_index, tool, digest, granted, "
+                "decided_by, method, decided_at, reason) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (run_id, step_id, item, tool, digest, int(granted), decided_by, method, ts,
+                 reason))
+            if granted:
+                c.execute("UPDATE steps SET approved_by = ? WHERE run_id = ? AND step_id = ?",
+                          (decided_by, run_id, step_id))
+            self._event(c, run_id, "approval_granted" if granted else "approval_denied",
+                        step_id=step_id, item=item,
+                        data={"tool": tool, "digest": digest, "decided_by": decided_by,
+                              "method": method, "reason": reason}, ts=ts)
+
+    def add_event(self, run_id: str, kind: str, step_id: str | None = None,
+                  data: Any = None) -> None:
+        """Journal one event on its own."""
+        with self._write() as c:
+            self._event(c, run_id, kind, step_id=step_id, data=data)
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def step_started(self, run_id: str, step_id: str, *, attempt: int, key: str,
+                     root_run_id: str) -> str:
+        """The dispatch record: step ``running`` with its key claimed, ``step_started``.
+
+        Returns the start time.
+        """
+        ts = now()
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE steps SET status = 'running', attempts = ?, idempotency_key = ?, "
+                "started_at = COALESCE(started_at, ?), error_json = NULL "
+                "WHERE run_id = ? AND step_id = ? AND status IN ('pending', 'running')",
+                (attempt, key, ts, run_id, step_id))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} is not pending")
+            c.execute(
+                "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, status, "
+                "claimed_at) VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT (key) DO UPDATE "
+                "SET run_id = excluded.run_id, status = 'running', "
+                "claimed_at = excluded.claimed_at",
+                (key, root_run_id, run_id, step_id, ts))
+            self._event(c, run_id, "step_started", step_id=step_id,
+                        data={"attempt": attempt, "key": key}, ts=ts)
+        return ts
+
+    def step_finished(self, run_id: str, step_id: str, *, status: str, key: str | None,
+                      output: Any = None, error: dict[str, Any] | None = None,
+                      expect: str = "running", event_data: Any = None) -> str:
+        """The outcome record: ``succeeded`` (with output) or ``failed`` (with error).
+
+        Guarded by the expected current status; the key is kept (succeeded) or released
+        (failed) so that a later attempt really runs.
+        """
+        ts = now()
+        out_json = dumps(output) if status == "succeeded" else None
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE steps SET status = ?, output_json = ?, error_json = ?, "
+                "finished_at = ? WHERE run_id = ? AND step_id = ? AND status = ?",
+                (status, out_json, None if error is None else dumps(error), ts, run_id,
+                 step_id, expect))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not {expect}")
+            if key is not None:
+                if status == "succeeded":
+                    c.execute("UPDATE idempotency_keys SET status = 'succeeded', "
+                              "output_json = ?, finished_at = ? WHERE key = ?",
+                              (out_json, ts, key))
+                else:
+                    c.execute("DELETE FROM idempotency_keys WHERE key = ?", (key,))
+            kind = {"succeeded": "step_succeeded", "failed": "step_failed"}.get(
+                status, f"step_{status}")
+            data = dict(event_data or {})
+            if error is not None:
+                data["error"] = {k: v for k, v in error.items() if k != "traceback"}
+                if "traceback" in error:
+                    data["traceback"] = error["traceback"]
+            self._event(c, run_id, kind, step_id=step_id, data=data or None, ts=ts)
+        return ts
+
+    def step_skipped(self, run_id: str, step_id: str, reason: str,
+                     message: str | None = None) -> None:
+        """Mark a pending step ``skipped`` with its reason, with ``step_skipped``."""
+        ts = now()
+        with self._write() as c:
+            c.execute(
+                "UPDATE steps SET status = 'skipped', skip_reason = ?, finished_at = ?, "
+                "error_json = ? WHERE run_id = ? AND step_id = ? AND status = 'pending'",
+                (reason, ts, dumps({"code": reason, "message": message}) if message else None,
+                 run_id, step_id))
+            self._event(c, run_id, "step_skipped", step_id=step_id,
+                        data={"reason": reason, "message": message}, ts=ts)
+
+    def step_retried(self, run_id: str, step_id: str, attempt: int, error: dict[str, Any],
+                     delay: float) -> None:
+        """Journal a failed attempt that will be retried (``step_retried``)."""
+        with self._write() as c:
+            self._event(c, run_id, "step_retried", step_id=step_id,
+                        data={"attempt": attempt, "error": {
+                            k: v for k, v in error.items() if k != "traceback"},
+                            "backoff_s": delay})
+
+    def succeeded_key(self, key: str) -> Any:
+        """(True, output) when ``key`` is recorded as succeeded, else (False, None)."""
+        row = self._c().execute(
+            "SELECT output_json FROM idempotency_keys WHERE key = ? AND status = 'succeeded'",
+            (key,)).fetchone()
+        return (True, _loads(row[0])) if row else (False, None)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def resolve_run_id(self, ref: str) -> str:
+        """The full run id for a run id or a unique prefix (at least 4 characters).
+
+        Raises:
+            RunError: ``unknown_run`` (none, or an ambiguous prefix).
+        """
+        if self.conn is None:
+            raise RunError(f"no run {ref!r} (the journal {self.path} is empty)",
+                           code="unknown_run", hint="List runs with `planrun runs`.")
+        if len(ref) < MIN_PREFIX:
+            raise RunError(f"run id {ref!r} is too short; give at least {MIN_PREFIX} "
+                           "characters", code="unknown_run")
+        escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        try:
+            rows = self.conn.execute(
+                "SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 3",
+                (escaped + "%",)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise _fail(self.path, exc, "read") from None
+        exact = [r[0] for r in rows if r[0] == ref]
+        if exact:
+            return str(exact[0])
+        if not rows:
+            raise RunError(f"no run {ref!r} in {self.path}", code="unknown_run",
+                           hint="List runs with `planrun runs`.")
+        if len(rows) > 1:
+            raise RunError(f"run id prefix {ref!r} is ambiguous ({', '.join(r[0] for r in rows)}"
+                           "…); give more characters", code="unknown_run")
+        return str(rows[0][0])
+
+    def run_row(self, run_id: str) -> dict[str, Any]:
+        """The ``runs`` row as a dict."""
+        cur = self._c().execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise RunError(f"no run {run_id!r}", code="unknown_run")
+        return dict(zip([d[0] for d in cur.description], row, strict=True))
+
+    def step_rows(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's ``steps`` rows, in plan order."""
+        cur = self._c().execute("SELECT * FROM steps WHERE run_id = ? ORDER BY position",
+                                (run_id,))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def list_runs(self, *, plan: str | None = None, status: str | None = None,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs newest first, optionally filtered, each with its step counts."""
+        if self.conn is None:
+            return []
+        where, args = [], []
+        if plan:
+            where.append("plan_name = ?")
+            args.append(plan)
+        if status:
+            where.append("status = ?")
+            args.append(status)
+        sql = ("SELECT run_id, plan_name, revision, status, created_at, finished_at "
+               "FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY created_at DESC, rowid DESC")
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        try:
+            runs = self.conn.execute(sql, args).fetchall()
+            out = []
+            for run_id, name, revision, st, created, finished in runs:
+                counts = dict(self.conn.execute(
+                    "SELECT status, COUNT(*) FROM steps WHERE run_id = ? GROUP BY status",
+                    (run_id,)).fetchall())
+                out.append({"run_id": run_id, "plan": name, "revision": revision,
+                            "status": st, "started_at": created, "finished_at": finished,
+                            "counts": count_summary(counts)})
+        except sqlite3.DatabaseError as exc:
+            raise _fail(self.path, exc, "read") from None
+        return out
+
+    def events(self, run_id: str) -> Iterator[dict[str, Any]]:
+        """The run's events in order."""
+        cur = self._c().execute(
+            "SELECT id, ts, kind, step_id, item_index, data_json FROM events "
+            "WHERE run_id = ? ORDER BY id", (run_id,))
+        for eid, ts, kind, step_id, item, data in cur:
+            yield {"id": eid, "ts": ts, "kind": kind, "step": step_id, "item": item,
+                   "data": _loads(data)}
+
+    def step_output(self, run_id: str, step_id: str, item: int | None = None) -> Any:
+        """(status, output) of a step (or one fan-out item)."""
+        if item is None:
+            row = self._c().execute(
+                "SELECT status, output_json FROM steps WHERE run_id = ? AND step_id = ?",
+                (run_id, step_id)).fetchone()
+        else:
+            row = self._c().execute(
+                "SELECT status, output_json FROM items WHERE run_id = ? AND step_id = ? "
+                "AND item_index = ?", (run_id, step_id, item)).fetchone()
+        if row is None:
+            return None
+        return row[0], _loads(row[1])
+
+    def approvals(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's approval decisions in order."""
+        cur = self._c().execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY id",
+                                (run_id,))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def count_summary(by_status: dict[str, int]) -> dict[str, int]:
+    """``counts`` of a manifest: total plus one entry per step status."""
+    counts = {"total": sum(by_status.values())}
+    for st in STEP_STATUSES:
+        counts[st] = int(by_status.get(st, 0))
+    return counts
+
+
+class _Tx:
+    """``with journal._write() as conn``: one write transaction, errors as JournalError."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._cm: Any = None
+
+    def __enter__(self) -> sqlite3.Connection:
+        conn = self.journal._c()
+        self._cm = atomic(conn)
+        try:
+            return self._cm.__enter__()  # type: ignore[no-any-return]
+        except sqlite3.Error as exc:
+            raise _fail(self.journal.path, exc, "write") from None
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+        try:
+            self._cm.__exit__(et, ev, tb)
+        except sqlite3.Error as exc:
+            raise _fail(self.journal.path, exc, "write") from None
+        if isinstance(ev, sqlite3.Error):
+            raise _fail(self.journal.path, ev, "write") from None
+        return False

@@ -1,0 +1,468 @@
+"""Reading plan, registry and parameter files as the JSON data model (SPEC §3 "Reading files").
+
+YAML is read with YAML 1.2 *core* typing: only ``true``/``false`` (any case variant the
+core schema lists) are booleans, ``yes``/``no``/``on``/``off``, dates and ``1:30`` stay
+strings, ``012`` is the decimal 12 and octal needs ``0o``. Duplicate keys are refused
+(``duplicate_key``) in YAML and JSON. Aliases are allowed but bounded: a document whose
+aliases would expand past :data:`MAX_ALIAS_EXPANSION` nodes is refused (``too_large``)
+without being expanded. Files over :data:`MAX_FILE_BYTES` are refused (``too_large``).
+
+Every loaded :class:`Document` can point a JSON Pointer back at the line and column of its
+node (:meth:`Document.locate`), computed only when an issue needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .issues import Issue
+
+#: Files larger than this are refused (``too_large``), in bytes.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+#: Nodes that alias expansion may add to a document beyond what is written in it.
+MAX_ALIAS_EXPANSION = 100_000
+#: Deepest nesting of mappings/sequences accepted.
+MAX_DEPTH = 200
+
+
+class _CoreResolver(yaml.resolver.Resolver):
+    """The YAML 1.2 core schema's implicit typing (not PyYAML's YAML 1.1 defaults)."""
+
+    yaml_implicit_resolvers: dict[Any, Any] = {}  # noqa: RUF012 - PyYAML's class-level table
+
+
+_CoreResolver.add_implicit_resolver(
+    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
+)
+_CoreResolver.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
+_CoreResolver.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"),
+)
+_CoreResolver.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    """libyaml's parser and composer (when available) with the core-schema resolver."""
+
+    yaml_implicit_resolvers = _CoreResolver.yaml_implicit_resolvers
+
+
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+
+
+class DocumentError(Exception):
+    """A file could not be read as the JSON data model; ``issues`` says why (one or more)."""
+
+    def __init__(self, issues: list[Issue]) -> None:
+        super().__init__("; ".join(f"{i.code}: {i.message}" for i in issues))
+        self.issues = issues
+
+
+def _issue(code: str, message: str, file: str | None, mark: Any = None,
+           path: str | None = None) -> Issue:
+    line = column = None
+    if mark is not None:
+        line, column = mark.line + 1, mark.column + 1
+    return Issue(code=code, message=message, file=file, line=line, column=column, path=path)
+
+
+def pointer_escape(token: str) -> str:
+    """Escape one JSON Pointer reference token (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pointer(*parts: str | int) -> str:
+    """Build a JSON Pointer from tokens: ``pointer("steps", 2, "arguments")``."""
+    return "".join("/" + pointer_escape(str(p)) for p in parts)
+
+
+def split_pointer(ptr: str) -> list[str]:
+    """The reference tokens of a JSON Pointer, unescaped."""
+    if not ptr:
+        return []
+    return [t.replace("~1", "/").replace("~0", "~") for t in ptr.split("/")[1:]]
+
+
+def _scalar(node: yaml.ScalarNode, file: str | None, ptr: str) -> Any:
+    tag, value = node.tag, node.value
+    if tag == _STR:
+        return value
+    if tag == _NULL:
+        return None
+    if tag == _BOOL:
+        return value.lower() == "true"
+    if tag == _INT:
+        v = value.lower().lstrip("+")
+        try:
+            if v.startswith("0o"):
+                return int(v[2:], 8)
+            if v.startswith("0x"):
+                return int(v[2:], 16)
+            return int(v, 10)
+        except ValueError:
+            raise DocumentError(
+                [_issue("syntax", f"{value!r} is not an integer", file, node.start_mark, ptr)]
+            ) from None
+    if tag == _FLOAT:
+        try:
+            f = float(value)
+        except ValueError:
+            f = math.nan
+        if math.isnan(f) or math.isinf(f):
+            raise DocumentError([
+                _issue("syntax", f"{value!r} is not a number JSON can hold "
+                       "(no .nan or .inf); quote it to make it text",
+                       file, node.start_mark, ptr)
+            ])
+        return f
+    raise DocumentError([
+        _issue("syntax", f"unsupported YAML tag {tag!r}: only the JSON data model is accepted",
+               file, node.start_mark, ptr)
+    ])
+
+
+def _expanded_size(root: yaml.Node) -> tuple[int, int]:
+    """(nodes as written, nodes after alias expansion); stops counting past the bound.
+
+    Aliases share node objects, so the written size counts distinct nodes and the expanded
+    size counts every occurrence, memoised per node so a billion-laughs document costs
+    only as much as its written size.
+    """
+    memo: dict[int, int] = {}
+    distinct = 0
+    # Iterative post-order walk: a deep document must not exhaust the C stack.
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in memo and not children_done:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            memo[key] = 1
+            distinct += 1
+            continue
+        kids: list[yaml.Node]
+        if isinstance(node, yaml.MappingNode):
+            kids = [n for kv in node.value for n in kv]
+        else:
+            kids = list(node.value)
+        if not children_done:
+            memo[key] = -1  # in progress (a recursive alias would loop)
+            stack.append((node, True))
+            for kid in kids:
+                if memo.get(id(kid)) == -1:
+                    raise RecursionError("recursive alias")
+                if id(kid) not in memo:
+                    stack.append((kid, False))
+            continue
+        distinct += 1
+        total = 1
+        for kid in kids:
+            total += memo[id(kid)]
+        memo[key] = min(total, 1 << 62)
+    return distinct, memo[id(root)]
+
+
+def _construct(root: yaml.Node, file: str | None) -> Any:
+    """Turn a composed node graph into JSON data, refusing duplicate and non-text keys."""
+    problems: list[Issue] = []
+
+    def build(node: yaml.Node, ptr: str, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise DocumentError([_issue("too_large", f"nesting deeper than {MAX_DEPTH} levels",
+                                        file, node.start_mark, ptr)])
+        if isinstance(node, yaml.ScalarNode):
+            return _scalar(node, file, ptr)
+        if isinstance(node, yaml.SequenceNode):
+            if node.tag != _SEQ:
+                raise DocumentError([_issue("syntax", f"unsupported YAML tag {node.tag!r}",
+                                            file, node.start_mark, ptr)])
+            return [build(n, f"{ptr}/{i}", depth + 1) for i, n in enumerate(node.value)]
+        if isinstance(node, yaml.MappingNode):
+            if node.tag != _MAP:
+                raise DocumentError([_issue("syntax", f"unsupported YAML tag {node.tag!r}",
+                                            file, node.start_mark, ptr)])
+            out: dict[str, Any] = {}
+            for knode, vnode in node.value:
+                if knode.tag == "tag:yaml.org,2002:merge":
+                    raise DocumentError([_issue(
+                        "syntax", "YAML merge keys (<<) are not part of the JSON data model",
+                        file, knode.start_mark, ptr)])
+                if not isinstance(knode, yaml.ScalarNode) or knode.tag != _STR:
+                    raise DocumentError([_issue(
+                        "syntax",
+                        f"mapping key {getattr(knode, 'value', '?')!r} must be text; quote it",
+                        file, knode.start_mark, ptr)])
+                key = knode.value
+                kptr = f"{ptr}/{pointer_escape(key)}"
+                if key in out:
+                    problems.append(_issue(
+                        "duplicate_key",
+                        f"key {key!r} appears twice in this mapping; keep only one",
+                        file, knode.start_mark, kptr))
+                    continue
+                out[key] = build(vnode, kptr, depth + 1)
+            return out
+        raise DocumentError([_issue("syntax", "unexpected YAML node", file, None, ptr)])
+
+    data = build(root, "", 0)
+    if problems:
+        raise DocumentError(problems)
+    return data
+
+
+def _compose(text: str, file: str | None) -> yaml.Node | None:
+    loader = _Loader(text)
+    try:
+        return loader.get_single_node()  # type: ignore[no-any-return]
+    finally:
+        loader.dispose()
+
+
+def _yaml_error(exc: yaml.YAMLError, file: str | None) -> Issue:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    msg = f"not valid YAML: {problem}" + (f" ({context})" if context else "")
+    return _issue("syntax", msg, file, mark)
+
+
+@dataclass
+class Document:
+    """A file read as JSON data, able to locate a JSON Pointer back to its line/column.
+
+    Attributes:
+        data: the JSON value (dict, list, str, int, float, bool, None).
+        file: the path as given (for messages), or None for text not from a file.
+        text: the source text (kept to locate nodes lazily).
+        kind: ``yaml`` or ``json``.
+    """
+
+    data: Any
+    file: str | None
+    text: str
+    kind: str
+    _root: Any = field(default=None, repr=False)
+    _composed: bool = field(default=False, repr=False)
+
+    def _node(self) -> yaml.Node | None:
+        if not self._composed:
+            self._composed = True
+            try:
+                self._root = _compose(self.text, self.file)
+            except (yaml.YAMLError, RecursionError, ValueError):
+                self._root = None
+        return self._root  # type: ignore[no-any-return]
+
+    def locate(self, ptr: str | None) -> tuple[int | None, int | None]:
+        """1-based (line, column) of the node at JSON Pointer ``ptr``.
+
+        Walks down as far as the pointer resolves, so a pointer at a missing key points at
+        the closest enclosing node. Returns (None, None) if the text cannot be composed.
+        """
+        node = self._node()
+        if node is None or ptr is None:
+            return None, None
+        for token in split_pointer(ptr):
+            nxt = None
+            if isinstance(node, yaml.MappingNode):
+                for k, v in node.value:
+                    if isinstance(k, yaml.ScalarNode) and k.value == token:
+                        nxt = v
+                        break
+            elif isinstance(node, yaml.SequenceNode) and token.isdigit():
+                idx = int(token)
+                if idx < len(node.value):
+                    nxt = node.value[idx]
+            if nxt is None:
+                break
+            node = nxt
+        return node.start_mark.line + 1, node.start_mark.column + 1
+
+    def locate_key(self, ptr: str) -> tuple[int | None, int | None]:
+        """Like :meth:`locate`, but at the mapping *key* for the last token (for
+        issues about a key itself, e.g. an undeclared argument)."""
+        tokens = split_pointer(ptr)
+        if not tokens:
+            return self.locate(ptr)
+        parent = "".join("/" + pointer_escape(t) for t in tokens[:-1])
+        node = self._node()
+        if node is None:
+            return None, None
+        for token in split_pointer(parent):
+            nxt = None
+            if isinstance(node, yaml.MappingNode):
+                nxt = next((v for k, v in node.value if getattr(k, "value", None) == token),
+                           None)
+            elif isinstance(node, yaml.SequenceNode) and token.isdigit():
+                idx = int(token)
+                nxt = node.value[idx] if idx < len(node.value) else None
+            if nxt is None:
+                return self.locate(ptr)
+            node = nxt
+        if isinstance(node, yaml.MappingNode):
+            for k, _v in node.value:
+                if getattr(k, "value", None) == tokens[-1]:
+                    return k.start_mark.line + 1, k.start_mark.column + 1
+        return self.locate(ptr)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON can hold")
+
+
+def _json_pairs(dups: list[str]) -> Any:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                dups.append(k)
+            out[k] = v
+        return out
+
+    return hook
+
+
+def _json_duplicates(text: str, file: str | None, keys: list[str]) -> list[Issue]:
+    """Locate duplicate keys of a JSON text (JSON is YAML flow syntax, so compose it)."""
+    try:
+        root = _compose(text, file)
+        if root is not None:
+            _construct(root, file)
+    except DocumentError as exc:
+        found = [i for i in exc.issues if i.code == "duplicate_key"]
+        if found:
+            return found
+    except (yaml.YAMLError, RecursionError):
+        pass
+    return [Issue(code="duplicate_key", message=f"key {k!r} appears twice in a mapping",
+                  file=file) for k in dict.fromkeys(keys)]
+
+
+def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
+    """Parse ``text`` as ``kind`` (``yaml`` or ``json``) into a :class:`Document`.
+
+    Raises:
+        DocumentError: with issues coded ``syntax``, ``duplicate_key`` or ``too_large``.
+    """
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise DocumentError([Issue(code="too_large", file=file, line=None, column=None,
+                                   message=f"file is over {MAX_FILE_BYTES} bytes")])
+    if kind == "json":
+        dups: list[str] = []
+        try:
+            data = json.loads(text, object_pairs_hook=_json_pairs(dups),
+                              parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            raise DocumentError([Issue(code="syntax", message=f"not valid JSON: {exc.msg}",
+                                       file=file, line=exc.lineno, column=exc.colno)]) from None
+        except ValueError as exc:
+            raise DocumentError([Issue(code="syntax", message=f"not valid JSON: {exc}",
+                                       file=file)]) from None
+        except RecursionError:
+            raise DocumentError([Issue(code="too_large", file=file,
+                                       message="nesting too deep")]) from None
+        if dups:
+            raise DocumentError(_json_duplicates(text, file, dups))
+        return Document(data=data, file=file, text=text, kind="json")
+
+    try:
+        root = _compose(text, file)
+    except yaml.YAMLError as exc:
+        raise DocumentError([_yaml_error(exc, file)]) from None
+    except RecursionError:
+        raise DocumentError([Issue(code="too_large", file=file,
+                                   message="nesting too deep")]) from None
+    if root is None:
+        return Document(data=None, file=file, text=text, kind="yaml", _root=None,
+                        _composed=True)
+    try:
+        distinct, expanded = _expanded_size(root)
+    except RecursionError:
+        raise DocumentError([_issue("syntax", "an alias refers to the node that contains it",
+                                    file, root.start_mark)]) from None
+    if expanded - distinct > MAX_ALIAS_EXPANSION:
+        raise DocumentError([_issue(
+            "too_large",
+            f"aliases would expand this document by {expanded - distinct:,} nodes "
+            f"(bound: {MAX_ALIAS_EXPANSION:,}); write the values out or use fewer aliases",
+            file, root.start_mark)])
+    data = _construct(root, file)
+    return Document(data=data, file=file, text=text, kind="yaml", _root=root, _composed=True)
+
+
+def kind_of(path: Path) -> str:
+    """``json`` for ``.json`` files, else ``yaml``."""
+    return "json" if path.suffix.lower() == ".json" else "yaml"
+
+
+def load_file(path: Path, *, display: str | None = None) -> Document:
+    """Read and parse one file (kind by suffix).
+
+    Raises:
+        DocumentError: ``syntax`` (also for unreadable or non-UTF-8 files), ``duplicate_key``,
+            ``too_large``.
+    """
+    shown = display or str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise DocumentError([Issue(code="too_large", file=shown,
+                                       message=f"file is {size:,} bytes, over the bound of "
+                                       f"{MAX_FILE_BYTES:,}")])
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DocumentError([Issue(code="syntax", file=shown,
+                                   message=f"cannot read file: {exc.strerror}")]) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError([Issue(code="syntax", file=shown,
+                                   message=f"not UTF-8 text (byte {exc.start})")]) from None
+    return parse_text(text, kind=kind_of(path), file=shown)
+
+
+def iter_plan_files(plans_dir: Path) -> Iterator[Path]:
+    """Plan files in ``plans_dir`` (one per name: ``.yaml`` > ``.yml`` > ``.json``), by name."""
+    if not plans_dir.is_dir():
+        return
+    seen: set[str] = set()
+    files = [p for p in plans_dir.iterdir() if p.is_file() and p.suffix in PLAN_SUFFIXES]
+    files.sort(key=lambda p: (p.stem, PLAN_SUFFIXES.index(p.suffix)))
+    for p in files:
+        if p.stem not in seen:
+            seen.add(p.stem)
+            yield p
+
+
+#: Suffixes tried for a plan name, in order (SPEC §3 "Plan lookup").
+PLAN_SUFFIXES = (".yaml", ".yml", ".json")

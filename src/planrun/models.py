@@ -1,0 +1,120 @@
+"""Pydantic models of planrun's file formats (SPEC §2, §3): strict, frozen, no extra fields.
+
+Only planrun's own structures are modelled here; the JSON Schemas inside them (parameter
+schemas, tool contracts, grants) are kept as plain dicts and checked against the 2020-12
+metaschema by :mod:`planrun.validation` and :mod:`planrun.registry`.
+``planrun schema plan|tools`` prints ``model_json_schema()`` of :class:`Plan` and
+:class:`Registry`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Plan format versions this planrun reads (the ``planrun:`` field).
+SUPPORTED_FORMATS = (1,)
+
+STEP_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
+PARAM_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class Retries(BaseModel):
+    """``retries``: ``max_attempts`` calls at most, waiting ``backoff_s × 2^(attempt-1)``
+    seconds between them; ``on_exit_codes`` limits retrying to those exit statuses."""
+
+    model_config = _STRICT
+    max_attempts: PositiveInt = 1
+    backoff_s: Annotated[float, Field(ge=0)] = 0.0
+    on_exit_codes: list[int] | None = None
+
+
+class Step(BaseModel):
+    """One step of a plan (SPEC §3)."""
+
+    model_config = _STRICT
+    id: Annotated[str, Field(pattern=STEP_ID_PATTERN)]
+    tool: Annotated[str, Field(min_length=1)]
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    intent: str | None = None
+    for_each: str | list[Any] | None = None
+    max_parallel: PositiveInt | None = None
+    max_items: PositiveInt | None = None
+    on_item_error: Literal["fail", "continue"] | None = None
+    timeout: Seconds | None = None
+    retries: Retries | None = None
+    when: str | None = None
+    pool: str | None = None
+
+
+class PlanHead(BaseModel):
+    """A plan's top-level fields; ``steps`` are checked one by one as :class:`Step`."""
+
+    model_config = _STRICT
+    planrun: int
+    name: Annotated[str, Field(min_length=1)] | None = None
+    revision: PositiveInt = 1
+    goal: str
+    params: dict[Annotated[str, Field(pattern=PARAM_NAME_PATTERN)], dict[str, Any]] = Field(
+        default_factory=dict)
+    max_parallel: PositiveInt | None = None
+    timeout: Seconds | None = None
+    steps: list[Any]
+
+
+class Plan(PlanHead):
+    """The whole plan file (for ``planrun schema plan``)."""
+
+    steps: list[Step]  # type: ignore[assignment]
+
+
+class Tool(BaseModel):
+    """One entry of ``tools.yaml`` (SPEC §2)."""
+
+    model_config = _STRICT
+    description: str | None = None
+    command: Annotated[list[str], Field(min_length=1)] | None = None
+    python: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] | None = None
+    arguments: dict[str, Any] | None = None
+    accepts: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
+    output: Literal["none", "text", "json"] | None = None
+    output_schema: dict[str, Any] | None = None
+    irreversible: bool = False
+    idempotent: bool = False
+    key_arguments: list[str] | None = None
+    timeout: Seconds | None = None
+    retries: Retries | None = None
+    cwd: str | None = None
+    pool: str | None = None
+
+
+class Registry(BaseModel):
+    """``tools.yaml``: a mapping of tool names to :class:`Tool` entries."""
+
+    model_config = _STRICT
+    tools: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")], Tool]
+
+
+def loc_pointer(prefix: str, loc: tuple[int | str, ...]) -> str:
+    """JSON Pointer of a pydantic error location under ``prefix``."""
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in loc]
+    return prefix + "".join("/" + p for p in parts)
+
+
+def error_message(err: Any) -> str:
+    """A pydantic error as one readable sentence."""
+    loc = err.get("loc", ())
+    field = str(loc[-1]) if loc else "document"
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return f"unknown field {field!r}"
+    if kind == "missing":
+        return f"required field {field!r} is missing"
+    return f"{field}: {err.get('msg', 'invalid')} (got {err.get('input')!r})"

@@ -1,0 +1,441 @@
+"""Placeholder grammar and substitution (SPEC §3 "Placeholders"). Pure functions.
+
+Grammar, inside any string of a step's ``arguments`` or ``for_each``:
+
+* ``{params.NAME}`` (also spelt ``<params.NAME>``) — load time, a declared parameter;
+* ``{steps.ID.output}``, ``{steps.ID.output.a.b.0}`` — run time, an ancestor's output;
+* ``{item}``, ``{item.a.b}``, ``{index}`` — run time, inside a ``for_each`` step;
+* ``{{`` and ``}}`` — literal braces;
+* ``{word}`` or any ``{...}`` that does not look like a dotted name — literal text;
+* any other ``{root.something}`` — a ``placeholder`` error (almost always a typo).
+
+A string that is exactly one placeholder becomes the value with its own type; a
+placeholder inside a longer string is rendered as text (numbers and booleans in their JSON
+spelling); an object or array there is an error. Parameters are substituted once, at load
+time; what remains is a :class:`Template` resolved when its step runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Union
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
+_SEG = r"[A-Za-z0-9_-]+"
+_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|<(params\.[^<>]*)>")
+_DOTTED = re.compile(rf"^{_NAME}(?:\.{_SEG})*$")
+_PARAM_NAME = re.compile(rf"^{_NAME}$")
+ROOTS = ("params", "steps", "item", "index")
+
+
+@dataclass(frozen=True, slots=True)
+class ParamRef:
+    """``{params.NAME}``."""
+
+    name: str
+
+    def source(self) -> str:
+        """The placeholder as written with braces."""
+        return "{params." + self.name + "}"
+
+
+@dataclass(frozen=True, slots=True)
+class StepRef:
+    """``{steps.ID.output[.path...]}``; ``path`` holds the tokens after ``output``."""
+
+    step: str
+    path: tuple[str, ...] = ()
+
+    def source(self) -> str:
+        """The placeholder as written."""
+        return "{" + ".".join(("steps", self.step, "output", *self.path)) + "}"
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRef:
+    """``{item[.path...]}``."""
+
+    path: tuple[str, ...] = ()
+
+    def source(self) -> str:
+        """The placeholder as written."""
+        return "{" + ".".join(("item", *self.path)) + "}"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRef:
+    """``{index}``."""
+
+    def source(self) -> str:
+        """The placeholder as written."""
+        return "{index}"
+
+
+Ref = Union[ParamRef, StepRef, ItemRef, IndexRef]
+Segment = Union[str, Ref]
+
+
+class PlaceholderError(ValueError):
+    """A malformed placeholder or unknown root (issue code ``placeholder``)."""
+
+
+def _ref(inner: str) -> Ref | None:
+    """The reference for ``{inner}``; None when it is literal text; raise if malformed."""
+    root, _, rest = inner.partition(".")
+    if root not in ROOTS:
+        if _DOTTED.match(inner) and "." in inner:
+            raise PlaceholderError(
+                f"{{{inner}}} has unknown root {root!r}; placeholders start with "
+                "params., steps., item or index (write {{ and }} for literal braces)")
+        return None
+    if not _DOTTED.match(inner):
+        raise PlaceholderError(f"malformed placeholder {{{inner}}}")
+    parts = rest.split(".") if rest else []
+    if root == "params":
+        if len(parts) != 1:
+            raise PlaceholderError(
+                f"{{{inner}}}: a parameter placeholder is {{params.NAME}}, one name")
+        return ParamRef(parts[0])
+    if root == "steps":
+        if len(parts) < 2 or parts[1] != "output":
+            raise PlaceholderError(
+                f"{{{inner}}}: a step placeholder is {{steps.ID.output}} or "
+                "{steps.ID.output.PATH}")
+        return StepRef(parts[0], tuple(parts[2:]))
+    if root == "item":
+        return ItemRef(tuple(parts))
+    if parts:
+        raise PlaceholderError(f"{{{inner}}}: {{index}} has no fields")
+    return IndexRef()
+
+
+@lru_cache(maxsize=65536)
+def parse(text: str) -> tuple[Segment, ...]:
+    """Split ``text`` into literal strings and references, braces unescaped.
+
+    Adjacent literal pieces are merged, so a string with no placeholder parses to a
+    one-element tuple holding the unescaped string (or an empty tuple for "").
+
+    Raises:
+        PlaceholderError: a malformed placeholder or unknown root (code ``placeholder``).
+    """
+    if "{" not in text and "}" not in text and "<params." not in text:
+        return (text,) if text else ()
+    out: list[Segment] = []
+    buf: list[str] = []
+    pos = 0
+    for m in _TOKEN.finditer(text):
+        buf.append(text[pos:m.start()])
+        pos = m.end()
+        tok = m.group(0)
+        if tok == "{{":
+            buf.append("{")
+            continue
+        if tok == "}}":
+            buf.append("}")
+            continue
+        if m.group(2) is not None:  # <params.NAME>
+            name = m.group(2)[len("params."):]
+            if not _PARAM_NAME.match(name):
+                raise PlaceholderError(f"malformed placeholder <{m.group(2)}>")
+            ref: Ref | None = ParamRef(name)
+        else:
+            ref = _ref(m.group(1))
+        if ref is None:
+            buf.append(tok)
+            continue
+        if buf:
+            lit = "".join(buf)
+            if lit:
+                out.append(lit)
+            buf = []
+        out.append(ref)
+    buf.append(text[pos:])
+    lit = "".join(buf)
+    if lit:
+        out.append(lit)
+    return tuple(out)
+
+
+def escape(text: str) -> str:
+    """Literal text as a template: braces doubled."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A string that still holds run-time references after parameters were substituted."""
+
+    segments: tuple[Segment, ...]
+
+    def source(self) -> str:
+        """The template as it would be written (placeholders in braces, braces escaped)."""
+        return "".join(escape(s) if isinstance(s, str) else s.source() for s in self.segments)
+
+    @property
+    def exact(self) -> Ref | None:
+        """The reference when the whole string is exactly one placeholder."""
+        if len(self.segments) == 1 and not isinstance(self.segments[0], str):
+            return self.segments[0]
+        return None
+
+    def refs(self) -> Iterator[Ref]:
+        """The references, in order."""
+        for s in self.segments:
+            if not isinstance(s, str):
+                yield s
+
+
+class _Unknown:
+    """A parameter value not given (``validate`` without ``-p``): checks that need it skip."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN: Any = _Unknown()
+
+
+def render(value: Any) -> str:
+    """A scalar as text inside a longer string: strings as-is, others in JSON spelling.
+
+    Raises:
+        TypeError: for an object or array (it has no single text form).
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        raise TypeError("an object or array cannot be embedded in text")
+    return json.dumps(value)
+
+
+def walk_strings(value: Any, ptr: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in a JSON value with its JSON Pointer (object keys are not visited)."""
+    if isinstance(value, str):
+        yield ptr, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from walk_strings(v, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from walk_strings(v, f"{ptr}/{i}")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A substitution problem at a JSON Pointer: ``code`` is an issue code of SPEC §4."""
+
+    path: str
+    code: str
+    message: str
+
+
+def substitute(value: Any, params: dict[str, Any], ptr: str = "",
+               problems: list[Problem] | None = None) -> Any:
+    """Replace ``{params.X}`` in every string of ``value`` (load time).
+
+    Args:
+        value: a JSON value (a step's ``arguments`` or ``for_each``).
+        params: parameter values; a missing name or :data:`UNKNOWN` value yields UNKNOWN
+            for exact leaves (the check needing it is skipped).
+        ptr: the JSON Pointer of ``value`` (for problems).
+        problems: list receiving :class:`Problem` entries (``placeholder``, ``param_type``).
+
+    Returns:
+        The value with parameters substituted: strings holding run-time references become
+        :class:`Template`; an embedded parameter whose value is unknown makes the string
+        a :class:`Template` too (with the parameter reference kept).
+    """
+    if problems is None:
+        problems = []
+    if isinstance(value, str):
+        try:
+            segs = parse(value)
+        except PlaceholderError as exc:
+            problems.append(Problem(ptr, "placeholder", str(exc)))
+            return UNKNOWN
+        if not segs:
+            return ""
+        if len(segs) == 1 and isinstance(segs[0], str):
+            return segs[0]
+        if len(segs) == 1 and isinstance(segs[0], ParamRef):
+            return params.get(segs[0].name, UNKNOWN)
+        out: list[Segment] = []
+        for s in segs:
+            if isinstance(s, ParamRef):
+                v = params.get(s.name, UNKNOWN)
+                if v is UNKNOWN:
+                    out.append(s)
+                    continue
+                try:
+                    s = render(v)
+                except TypeError:
+                    problems.append(Problem(
+                        ptr, "param_type",
+                        f"parameter {s.name!r} is an object or array and cannot be embedded "
+                        "in text; use it as the whole value"))
+                    return UNKNOWN
+            if isinstance(s, str) and out and isinstance(out[-1], str):
+                out[-1] = out[-1] + s
+            else:
+                out.append(s)
+        if len(out) == 1 and isinstance(out[0], str):
+            return out[0]
+        return Template(tuple(out))
+    if isinstance(value, dict):
+        return {k: substitute(v, params, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}",
+                              problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute(v, params, f"{ptr}/{i}", problems) for i, v in enumerate(value)]
+    return value
+
+
+class ResolveError(LookupError):
+    """A run-time reference could not be resolved (code ``reference``)."""
+
+
+def dig(value: Any, path: tuple[str, ...], what: str) -> Any:
+    """Follow ``path`` into ``value`` (object keys, list indices).
+
+    Raises:
+        ResolveError: when a token does not exist.
+    """
+    for i, tok in enumerate(path):
+        if isinstance(value, dict) and tok in value:
+            value = value[tok]
+        elif isinstance(value, list) and tok.isdigit() and int(tok) < len(value):
+            value = value[int(tok)]
+        else:
+            at = ".".join((what, *path[:i])) if i else what
+            raise ResolveError(f"{at} has no {tok!r}")
+    return value
+
+
+def resolve(value: Any, lookup: Callable[[Ref], Any]) -> Any:
+    """Resolve the :class:`Template` values inside ``value`` (run time).
+
+    ``lookup`` maps a reference to its value (raising :class:`ResolveError`). Exact leaves
+    keep native types; embedded references render as text.
+
+    Raises:
+        ResolveError: a missing path, or an object/array embedded in text.
+    """
+    if isinstance(value, Template):
+        exact = value.exact
+        if exact is not None:
+            return lookup(exact)
+        parts: list[str] = []
+        for s in value.segments:
+            if isinstance(s, str):
+                parts.append(s)
+                continue
+            try:
+                parts.append(render(lookup(s)))
+            except TypeError:
+                raise ResolveError(
+                    f"{s.source()} is an object or array and cannot be embedded in text"
+                ) from None
+        return "".join(parts)
+    if isinstance(value, dict):
+        return {k: resolve(v, lookup) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, lookup) for v in value]
+    return value
+
+
+def has_templates(value: Any) -> bool:
+    """True when ``value`` holds a :class:`Template` or :data:`UNKNOWN` anywhere."""
+    if isinstance(value, Template) or value is UNKNOWN:
+        return True
+    if isinstance(value, dict):
+        return any(has_templates(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_templates(v) for v in value)
+    return False
+
+
+def as_written(value: Any) -> Any:
+    """``value`` with templates shown as their source text (for display and digests)."""
+    if isinstance(value, Template):
+        return value.source()
+    if value is UNKNOWN:
+        return "<unknown>"
+    if isinstance(value, dict):
+        return {k: as_written(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_written(v) for v in value]
+    return value
+
+
+def references(value: Any) -> Iterator[tuple[str, Ref]]:
+    """(JSON Pointer, reference) for every placeholder in the strings of ``value``.
+
+    Malformed placeholders are skipped here (``substitute`` reports them).
+    """
+    for ptr, s in walk_strings(value):
+        try:
+            segs = parse(s)
+        except PlaceholderError:
+            continue
+        for seg in segs:
+            if not isinstance(seg, str):
+                yield ptr, seg
+
+
+def parse_cli_value(raw: str, schema: Any) -> Any:
+    """A ``-p NAME=VALUE`` value parsed by the parameter's declared type (SPEC §3).
+
+    integer → int, number → int or float, boolean → ``true``/``false`` only, array/object
+    → JSON, string (or no declared type) → the text as-is. A list of types tries each in
+    order, string last.
+
+    Raises:
+        ValueError: the text does not parse as the declared type (code ``param_type``).
+    """
+    declared = schema.get("type") if isinstance(schema, dict) else None
+    types = declared if isinstance(declared, list) else [declared]
+    errors: list[str] = []
+    for t in sorted(types, key=lambda t: t == "string" or t is None):
+        if t in (None, "string"):
+            return raw
+        if t == "integer":
+            if re.fullmatch(r"[-+]?[0-9]+", raw):
+                return int(raw)
+            errors.append("an integer")
+        elif t == "number":
+            if re.fullmatch(r"[-+]?[0-9]+", raw):
+                return int(raw)
+            if re.fullmatch(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", raw):
+                return float(raw)
+            errors.append("a number")
+        elif t == "boolean":
+            if raw in ("true", "false"):
+                return raw == "true"
+            errors.append("true or false")
+        elif t == "null":
+            if raw == "null":
+                return None
+            errors.append("null")
+        elif t in ("array", "object"):
+            try:
+                v = json.loads(raw)
+            except ValueError:
+                errors.append(f"a JSON {t}")
+                continue
+            if isinstance(v, list if t == "array" else dict):
+                return v
+            errors.append(f"a JSON {t}")
+        else:
+            errors.append(str(t))
+    raise ValueError(f"{raw!r} is not {' or '.join(errors)}")

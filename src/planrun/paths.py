@@ -1,0 +1,203 @@
+"""Project discovery and settings (SPEC §1).
+
+The *project folder* is ``-C/--project DIR``, else ``$PLANRUN_PROJECT``, else the nearest
+folder from the current one upwards that holds ``planrun.toml``, else the current folder.
+``plans_dir`` and ``registry`` are relative to it. Precedence for every setting:
+command-line flag > environment (``PLANRUN_JOURNAL``, ``PLANRUN_PROJECT``) > ``planrun.toml``
+> default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import Refused, UsageError
+from .issues import Issue, Report
+from .loading import PLAN_SUFFIXES
+
+CONFIG_NAME = "planrun.toml"
+_KEYS = {"plans_dir", "registry", "journal", "max_parallel", "max_steps", "policy", "pools"}
+
+
+def default_journal() -> Path:
+    """``platformdirs.user_data_path("planrun") / "journal.sqlite3"``."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_path("planrun")) / "journal.sqlite3"
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest ``planrun.toml`` in ``start`` or its parents, or None."""
+    for folder in (start, *start.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass
+class Settings:
+    """Resolved settings of one invocation.
+
+    Attributes:
+        project: the project folder (absolute).
+        config_file: the ``planrun.toml`` that was read, or None.
+        plans_dir: folder of plan files (absolute).
+        registry: path of ``tools.yaml`` (absolute).
+        journal: path of the SQLite journal (absolute).
+        max_parallel: calls running at once (default 4).
+        max_steps: the most steps a plan may have (default 500).
+        policy: the raw ``[policy]`` table (checked by ``planrun.policy``).
+        pools: ``[pools]`` NAME → limit.
+    """
+
+    project: Path
+    config_file: Path | None
+    plans_dir: Path
+    registry: Path
+    journal: Path
+    max_parallel: int = 4
+    max_steps: int = 500
+    policy: dict[str, Any] = field(default_factory=dict)
+    pools: dict[str, int] = field(default_factory=dict)
+
+
+def _config_error(file: Path, message: str) -> Refused:
+    issue = Issue(code="config", message=message, file=str(file))
+    return Refused(f"{file}: {message}", code="config", report=Report(issues=[issue]))
+
+
+def _positive_int(raw: dict[str, Any], key: str, default: int, file: Path) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _config_error(file, f"{key} must be an integer >= 1, not {value!r}")
+    return value
+
+
+def load_settings(project: str | Path | None = None, journal: str | Path | None = None,
+                  cwd: Path | None = None) -> Settings:
+    """Resolve the settings of one invocation.
+
+    Args:
+        project: ``-C/--project`` (None: environment, then discovery).
+        journal: ``--journal`` (None: environment, then ``planrun.toml``, then default).
+        cwd: the folder to discover from (default: the current folder).
+
+    Raises:
+        UsageError: ``-C`` names no folder (exit 2).
+        Refused: ``planrun.toml`` is unreadable or invalid (code ``config``, exit 3).
+    """
+    here = (cwd or Path.cwd()).resolve()
+    explicit = project if project is not None else os.environ.get("PLANRUN_PROJECT") or None
+    if explicit is not None:
+        folder = (here / Path(explicit).expanduser()).resolve()
+        if not folder.is_dir():
+            raise UsageError(f"project folder {str(explicit)!r} does not exist",
+                             hint="Give -C/--project an existing folder.")
+        config_file: Path | None = folder / CONFIG_NAME
+        if config_file is not None and not config_file.is_file():
+            config_file = None
+    else:
+        config_file = find_config(here)
+        folder = config_file.parent if config_file else here
+    raw: dict[str, Any] = {}
+    if config_file is not None:
+        import tomllib
+
+        try:
+            raw = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _config_error(config_file, f"cannot read: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise _config_error(config_file, f"not valid TOML: {exc}") from None
+        unknown = sorted(set(raw) - _KEYS)
+        if unknown:
+            raise _config_error(config_file, f"unknown setting(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(_KEYS))}")
+        for key in ("plans_dir", "registry", "journal"):
+            if key in raw and not isinstance(raw[key], str):
+                raise _config_error(config_file, f"{key} must be a string path")
+        for key in ("policy", "pools"):
+            if key in raw and not isinstance(raw[key], dict):
+                raise _config_error(config_file, f"[{key}] must be a table")
+    cfg_file = config_file or folder / CONFIG_NAME
+    pools: dict[str, int] = {}
+    for name, limit in (raw.get("pools") or {}).items():
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise _config_error(cfg_file, f"pool {name!r} must be an integer >= 1")
+        pools[name] = limit
+    if journal is not None:
+        journal_path = Path(journal).expanduser()
+    elif os.environ.get("PLANRUN_JOURNAL"):
+        journal_path = Path(os.environ["PLANRUN_JOURNAL"]).expanduser()
+    elif "journal" in raw:
+        journal_path = folder / Path(raw["journal"]).expanduser()
+    else:
+        journal_path = default_journal()
+    return Settings(
+        project=folder,
+        config_file=config_file,
+        plans_dir=folder / raw.get("plans_dir", "plans"),
+        registry=folder / raw.get("registry", "tools.yaml"),
+        journal=(here / journal_path).resolve() if not journal_path.is_absolute()
+        else journal_path,
+        max_parallel=_positive_int(raw, "max_parallel", 4, cfg_file),
+        max_steps=_positive_int(raw, "max_steps", 500, cfg_file),
+        policy=raw.get("policy") or {},
+        pools=pools,
+    )
+
+
+class PlanLookupError(Exception):
+    """A plan name that cannot be used: ``issue`` has code ``not_found`` or ``bad_name``."""
+
+    def __init__(self, issue: Issue) -> None:
+        super().__init__(issue.message)
+        self.issue = issue
+
+
+def plan_names(plans_dir: Path) -> list[str]:
+    """Names of the plans in ``plans_dir``, sorted."""
+    if not plans_dir.is_dir():
+        return []
+    return sorted({p.stem for p in plans_dir.iterdir()
+                   if p.is_file() and p.suffix in PLAN_SUFFIXES})
+
+
+def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
+    """The file for plan ``name`` (SPEC §3 "Plan lookup").
+
+    ``plans/NAME.yaml``, ``.yml``, ``.json`` are tried in that order. A name holding ``/``,
+    ``\\`` or ``..`` is refused (``bad_name``) unless it is an existing file path.
+
+    Raises:
+        PlanLookupError: ``not_found`` (message lists the plans that exist) or ``bad_name``.
+    """
+    here = cwd or Path.cwd()
+    if "/" in name or "\\" in name or ".." in name:
+        candidate = here / name
+        if candidate.is_file():
+            return candidate
+        raise PlanLookupError(Issue(
+            code="bad_name", file=name,
+            message=f"plan name {name!r} may not contain '/', '\\' or '..' (a plan is "
+            f"looked up by name in {plans_dir}); give an existing file path to run a plan "
+            "from elsewhere"))
+    candidates = [plans_dir / f"{name}{suffix}" for suffix in PLAN_SUFFIXES]
+    if name.endswith(PLAN_SUFFIXES):
+        candidates.insert(0, plans_dir / name)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    existing = plan_names(plans_dir)
+    import difflib
+
+    close = difflib.get_close_matches(name, existing, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listing = ", ".join(existing) if existing else "none"
+    raise PlanLookupError(Issue(
+        code="not_found", file=name,
+        message=f"no plan named {name!r} in {plans_dir}.{hint} Plans: {listing}"))

@@ -1,0 +1,392 @@
+"""The tools registry: ``tools.yaml`` → contracts and callables (SPEC §2).
+
+Every tool has a contract (a JSON Schema 2020-12 of its arguments object, or a pydantic
+model named by ``accepts``). Contracts are checked with *strict* types: ``integer`` accepts
+only integers (``60.0`` is refused), booleans are never numbers, strings are never numbers.
+
+A registry problem (unknown field, no contract, malformed schema, unimportable callable,
+a ``{name}`` in an argv element that cannot be filled, a placeholder inside shell script
+text) is an :class:`~planrun.issues.Issue` coded ``registry`` with file/line; all of them
+are reported before any plan is looked at.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .issues import Issue
+from .loading import Document, DocumentError, load_file, pointer
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
+    from .models import Tool
+
+#: Programs whose ``-c``/``-e`` argument is script text: no ``{name}`` may appear in it.
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish",
+                    "csh", "tcsh", "python", "python3", "perl", "ruby", "node", "pwsh",
+                    "powershell"})
+_ARGV_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_-]*)\}")
+
+
+def _strict_validator_class() -> Any:
+    from jsonschema import Draft202012Validator, validators
+
+    def is_integer(_checker: Any, instance: Any) -> bool:
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    def is_number(_checker: Any, instance: Any) -> bool:
+        return isinstance(instance, int | float) and not isinstance(instance, bool)
+
+    checker = Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": is_integer, "number": is_number})
+    return validators.extend(Draft202012Validator, type_checker=checker)
+
+
+_STRICT_CLASS: Any = None
+
+
+def strict_validator(schema: dict[str, Any] | bool) -> Validator:
+    """A JSON Schema 2020-12 validator with strict types and format checking.
+
+    The schema must already have passed :func:`schema_problems`.
+    """
+    global _STRICT_CLASS
+    if _STRICT_CLASS is None:
+        _STRICT_CLASS = _strict_validator_class()
+    from jsonschema import Draft202012Validator
+
+    v: Validator = _STRICT_CLASS(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return v
+
+
+def schema_problems(schema: Any) -> list[tuple[str, str]]:
+    """(JSON Pointer inside the schema, message) for each way ``schema`` breaks 2020-12."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    if not isinstance(schema, dict | bool):
+        return [("", f"a JSON Schema must be an object, not {type(schema).__name__}")]
+    meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+    errors = list(meta.iter_errors(schema))
+    if not errors:
+        return []
+    err = best_match(errors)
+    ptr = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.path)
+    return [(ptr, f"not a valid JSON Schema: {err.message}")]
+
+
+@dataclass
+class ToolSpec:
+    """A registered tool, ready to check arguments and to be called.
+
+    Attributes:
+        name: the registry key.
+        entry: the parsed ``tools.yaml`` entry.
+        contract: JSON Schema of the arguments object.
+        func: the python callable (python tools), else None.
+        model: the pydantic model of ``accepts`` (python tools), else None.
+        folder: the registry's folder (import path of python tools).
+    """
+
+    name: str
+    entry: Tool
+    contract: dict[str, Any]
+    func: Callable[..., Any] | None = None
+    model: Any = None
+    folder: Path | None = None
+
+    @property
+    def kind(self) -> str:
+        """``python`` or ``command``."""
+        return "command" if self.entry.command is not None else "python"
+
+    @property
+    def output_mode(self) -> str:
+        """How a command's stdout becomes the output: ``none`` | ``text`` | ``json``."""
+        return self.entry.output or "text"
+
+    @cached_property
+    def validator(self) -> Validator:
+        """The strict validator of :attr:`contract` (built on first use)."""
+        return strict_validator(self.contract)
+
+    @cached_property
+    def output_validator(self) -> Validator | None:
+        """The strict validator of ``output_schema``, if the tool declares one."""
+        if self.entry.output_schema is None:
+            return None
+        return strict_validator(self.entry.output_schema)
+
+
+@dataclass
+class ToolRegistry:
+    """All tools of ``tools.yaml`` (possibly none when the file does not exist)."""
+
+    file: Path
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+    document: Document | None = None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tools
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self.tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tools)
+
+    def suggest(self, name: str) -> str | None:
+        """The registered tool name closest to ``name``, if any is close."""
+        import difflib
+
+        close = difflib.get_close_matches(name, list(self.tools), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+
+def _import(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _argv_names(element: str) -> list[str]:
+    return [m.group(1) for m in _ARGV_PLACEHOLDER.finditer(element) if m.group(1)]
+
+
+def _script_indices(argv: list[str]) -> set[int]:
+    """Indices of argv elements that are script text (the argument after ``-c``/``-e``)."""
+    out: set[int] = set()
+    i = 0
+    # `env [-i] [NAME=V ...] PROG ...` and `busybox sh ...` run the program after them.
+    while i < len(argv):
+        prog = Path(argv[i]).name
+        if prog == "env":
+            i += 1
+            while i < len(argv) and (argv[i].startswith("-") or "=" in argv[i]):
+                i += 1
+            continue
+        if prog == "busybox" and i + 1 < len(argv):
+            i += 1
+            continue
+        break
+    if i >= len(argv):
+        return out
+    prog = Path(argv[i]).name
+    base = re.sub(r"[\d.]+$", "", prog)
+    if prog not in SHELLS and base not in SHELLS:
+        return out
+    for j in range(i + 1, len(argv)):
+        arg = argv[j]
+        if arg in ("-c", "-e", "--command", "-Command") or (
+            re.fullmatch(r"-[A-Za-z]*[ce][A-Za-z]*", arg) and not arg.startswith("--")
+        ):
+            if j + 1 < len(argv):
+                out.add(j + 1)
+            break
+    return out
+
+
+def _check_command(name: str, entry: Tool, contract: dict[str, Any],
+                   add: Callable[[str, str], None]) -> None:
+    argv = entry.command or []
+    props = contract.get("properties") if isinstance(contract.get("properties"), dict) else {}
+    required = set(contract.get("required") or [])
+    scripts = _script_indices(argv)
+    for idx, element in enumerate(argv):
+        names = _argv_names(element)
+        if not names:
+            continue
+        where = pointer("tools", name, "command", idx)
+        if idx in scripts:
+            add(where, f"tool {name!r}: {{{names[0]}}} is inside shell script text "
+                f"({argv[idx - 1]} {element!r}); a value must become exactly one argv "
+                "element, never shell text: pass it as a separate argument and use \"$1\"")
+            continue
+        for arg in names:
+            if props is None or arg not in (props or {}):
+                add(where, f"tool {name!r}: command element {element!r} names {{{arg}}}, "
+                    "which is not a declared argument")
+                continue
+            if arg not in required:
+                add(where, f"tool {name!r}: {{{arg}}} in the command must be a required "
+                    "argument (an absent value cannot fill an argv element)")
+            schema = (props or {}).get(arg)
+            declared = schema.get("type") if isinstance(schema, dict) else None
+            types = declared if isinstance(declared, list) else [declared]
+            if any(t in ("array", "object") for t in types):
+                add(where, f"tool {name!r}: {{{arg}}} is an {types[0]}; only a scalar can "
+                    "fill an argv element (the full arguments are on stdin as JSON)")
+
+
+def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
+        ToolRegistry, list[Issue]]:
+    """Load ``tools.yaml`` and check every entry.
+
+    A missing file is an empty registry (every tool a plan names is then ``unknown_tool``).
+    Python tool modules are imported with the registry's folder on ``sys.path``.
+
+    Args:
+        path: the registry file.
+        pools: declared concurrency pools (``[pools]`` of ``planrun.toml``).
+
+    Returns:
+        The registry (tools that failed their checks are left out) and the ``registry``
+        issues, each with file, line and column.
+    """
+    from pydantic import ValidationError
+
+    from .models import Tool, error_message, loc_pointer
+
+    reg = ToolRegistry(file=path)
+    shown = str(path)
+    if not path.exists():
+        return reg, []
+    try:
+        doc = load_file(path, display=shown)
+    except DocumentError as exc:
+        return reg, [Issue(code="registry", message=f"{i.code}: {i.message}", file=i.file,
+                           line=i.line, column=i.column, path=i.path) for i in exc.issues]
+    reg.document = doc
+    issues: list[Issue] = []
+
+    def add(ptr: str, message: str, key: bool = False) -> None:
+        line, col = doc.locate_key(ptr) if key else doc.locate(ptr)
+        issues.append(Issue(code="registry", message=message, file=shown, path=ptr,
+                            line=line, column=col))
+
+    data = doc.data
+    if not isinstance(data, dict) or not isinstance(data.get("tools"), dict):
+        add("", "tools.yaml must be a mapping with a 'tools' mapping of tool names")
+        return reg, issues
+    for key in data:
+        if key != "tools":
+            add(pointer(key), f"unknown top-level field {key!r} (only 'tools')", key=True)
+    folder = path.parent.resolve()
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    for name, raw in data["tools"].items():
+        base = pointer("tools", name)
+        if not isinstance(raw, dict):
+            add(base, f"tool {name!r} must be a mapping")
+            continue
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
+            add(base, f"tool name {name!r} must match [A-Za-z_][A-Za-z0-9_.-]*", key=True)
+            continue
+        try:
+            entry = Tool.model_validate(raw)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = _real_loc(raw, err["loc"])
+                unknown = err["type"] == "extra_forbidden"
+                add(loc_pointer(base, loc), f"tool {name!r}: {error_message(err)}",
+                    key=unknown)
+            continue
+        before = len(issues)
+        spec = _check_tool(name, entry, base, folder, pools, add)
+        if spec is not None and len(issues) == before:
+            reg.tools[name] = spec
+    return reg, issues
+
+
+def _real_loc(data: Any, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """The prefix of a pydantic location that exists in ``data`` (drops union tags)."""
+    out: list[int | str] = []
+    cur = data
+    for part in loc:
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
+            cur = cur[part]
+        elif isinstance(cur, dict) and isinstance(part, str) and len(out) == len(loc) - 1:
+            out.append(part)  # a missing or unknown key: point at it
+            break
+        else:
+            break
+        out.append(part)
+    return tuple(out)
+
+
+def _check_tool(name: str, entry: Tool, base: str, folder: Path,
+                pools: dict[str, int] | None, add: Callable[..., None]) -> ToolSpec | None:
+    if (entry.command is None) == (entry.python is None):
+        add(base, f"tool {name!r} needs exactly one of 'command' (argv list) or "
+            "'python' (module:callable)")
+        return None
+    if entry.arguments is None and entry.accepts is None:
+        add(base, f"tool {name!r} has no contract: declare 'arguments' (a JSON Schema) "
+            "or, for a python tool, 'accepts' (a pydantic model)")
+        return None
+    if entry.arguments is not None and entry.accepts is not None:
+        add(pointer("tools", name, "accepts"),
+            f"tool {name!r}: give 'arguments' or 'accepts', not both")
+        return None
+    if entry.accepts is not None and entry.command is not None:
+        add(pointer("tools", name, "accepts"),
+            f"tool {name!r}: 'accepts' is for python tools; a command tool declares "
+            "'arguments'")
+        return None
+    if entry.python is not None:
+        for fld in ("output", "cwd"):
+            if getattr(entry, fld) is not None:
+                add(pointer("tools", name, fld),
+                    f"tool {name!r}: {fld!r} applies to command tools only")
+    if pools is not None and entry.pool is not None and entry.pool not in pools:
+        add(pointer("tools", name, "pool"),
+            f"tool {name!r}: pool {entry.pool!r} is not declared in [pools] of planrun.toml")
+    contract: dict[str, Any] = {}
+    model = None
+    if entry.arguments is not None:
+        for ptr, msg in schema_problems(entry.arguments):
+            add(pointer("tools", name, "arguments") + ptr, f"tool {name!r}: arguments {msg}")
+            return None
+        contract = entry.arguments
+    if entry.output_schema is not None:
+        for ptr, msg in schema_problems(entry.output_schema):
+            add(pointer("tools", name, "output_schema") + ptr,
+                f"tool {name!r}: output_schema {msg}")
+            return None
+    func = None
+    if entry.python is not None:
+        try:
+            func = _import(entry.python)
+        except Exception as exc:  # any import-time failure of user code
+            add(pointer("tools", name, "python"),
+                f"tool {name!r}: cannot import {entry.python!r} from {folder}: "
+                f"{type(exc).__name__}: {exc}")
+            return None
+        if not callable(func):
+            add(pointer("tools", name, "python"),
+                f"tool {name!r}: {entry.python!r} is not callable")
+            return None
+    if entry.accepts is not None:
+        try:
+            model = _import(entry.accepts)
+            from pydantic import BaseModel
+
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                raise TypeError("not a pydantic BaseModel subclass")
+            contract = model.model_json_schema()
+        except Exception as exc:  # any import-time failure of user code
+            add(pointer("tools", name, "accepts"),
+                f"tool {name!r}: cannot use {entry.accepts!r} as a contract: "
+                f"{type(exc).__name__}: {exc}")
+            return None
+    if entry.command is not None:
+        _check_command(name, entry, contract, add)
+    props = contract.get("properties") if isinstance(contract, dict) else None
+    for arg in entry.key_arguments or []:
+        if not isinstance(props, dict) or arg not in props:
+            add(pointer("tools", name, "key_arguments"),
+                f"tool {name!r}: key argument {arg!r} is not a declared argument")
+    return ToolSpec(name=name, entry=entry, contract=contract, func=func, model=model,
+                    folder=folder)

@@ -1,0 +1,238 @@
+"""Calling one tool once: python callables and commands (SPEC §2).
+
+A python tool is called with the validated arguments as keyword arguments (sync ones in a
+worker thread, ``async def`` ones on the event loop) and can read its run, step, item,
+idempotency key and attempt from :func:`planrun.context`. A command is run **without a
+shell**: each ``{name}`` in an argv element is replaced by that argument's scalar value,
+the full arguments object is given as JSON on stdin, and the environment carries
+``PLANRUN_RUN_ID``, ``PLANRUN_STEP_ID``, ``PLANRUN_ITEM_INDEX`` (fan-out only),
+``PLANRUN_IDEMPOTENCY_KEY`` and ``PLANRUN_ATTEMPT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import json
+import os
+import re
+import signal
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .params import render
+from .registry import ToolSpec
+
+#: Bytes of a command's stderr kept as its error message (the tail).
+STDERR_TAIL_BYTES = 2000
+#: Seconds a command gets between SIGTERM and SIGKILL when it is cancelled or times out.
+KILL_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a running python tool can learn about its call (``planrun.context()``).
+
+    Attributes:
+        run_id: the run.
+        step_id: the step.
+        item_index: the fan-out item index, or None.
+        idempotency_key: the call's idempotency key (SHA-256 hex, SPEC §7).
+        attempt: 1 for the first call, 2 for the first retry, …
+    """
+
+    run_id: str
+    step_id: str
+    item_index: int | None
+    idempotency_key: str
+    attempt: int
+
+
+_CONTEXT: contextvars.ContextVar[StepContext] = contextvars.ContextVar("planrun_step")
+
+
+def context() -> StepContext:
+    """The :class:`StepContext` of the tool call running in this thread or task.
+
+    Raises:
+        LookupError: called outside a tool call.
+    """
+    return _CONTEXT.get()
+
+
+class ToolFailure(Exception):
+    """A call that did not succeed; ``error`` is the journaled error object.
+
+    ``error`` has ``code`` (``tool_error`` | ``exit_status`` | ``timeout`` | ``output``),
+    ``message``, and where known ``type``, ``exit_code``, ``traceback``.
+    """
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message", ""))
+        self.error = error
+
+
+class CallTimeout(ToolFailure):
+    """The call ran past its timeout (it was killed, or abandoned for a python tool)."""
+
+
+_ARG = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_-]*)\}")
+
+
+def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
+    """Each argv element with its ``{name}`` placeholders replaced by argument values.
+
+    Values are rendered as text (strings as-is, numbers/booleans in JSON spelling); the
+    registry guarantees each named argument is required and scalar.
+    """
+    def sub(m: re.Match[str]) -> str:
+        tok = m.group(0)
+        if tok == "{{":
+            return "{"
+        if tok == "}}":
+            return "}"
+        return render(arguments[m.group(1)])
+
+    return [_ARG.sub(sub, element) for element in argv]
+
+
+def _tail(data: bytes) -> str:
+    text = data[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
+    return text
+
+
+async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
+                      pool: Executor | None, timeout: float | None) -> Any:
+    """Call a python tool once; returns its output.
+
+    Raises:
+        ToolFailure: the callable raised (code ``tool_error``).
+        CallTimeout: it ran past ``timeout`` seconds (a sync call is abandoned).
+    """
+    func = tool.func
+    assert func is not None
+    kwargs = arguments
+    if tool.model is not None:
+        try:
+            model = tool.model.model_validate(arguments, strict=True)
+        except Exception as exc:
+            raise ToolFailure({"code": "arguments", "message": str(exc)}) from None
+        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+
+    def invoke() -> Any:
+        token = _CONTEXT.set(ctx)
+        try:
+            return func(**kwargs)
+        finally:
+            _CONTEXT.reset(token)
+
+    try:
+        if inspect.iscoroutinefunction(func):
+            async def run_async() -> Any:
+                _CONTEXT.set(ctx)
+                return await func(**kwargs)
+
+            result = await asyncio.wait_for(asyncio.create_task(run_async()), timeout)
+        else:
+            loop = asyncio.get_running_loop()
+            fut = loop.run_in_executor(pool, contextvars.copy_context().run, invoke)
+            result = await asyncio.wait_for(fut, timeout)
+        if inspect.isawaitable(result):
+            result = await asyncio.wait_for(result, timeout)
+    except TimeoutError:
+        raise CallTimeout({"code": "timeout",
+                           "message": f"call ran past its timeout of {timeout} s"}) from None
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the tool's own failure, whatever it is
+        raise ToolFailure({
+            "code": "tool_error",
+            "type": type(exc).__name__,
+            "message": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(exc)),
+        }) from None
+    return result
+
+
+async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
+                       project: Path, timeout: float | None,
+                       on_start: Callable[[asyncio.subprocess.Process], None] | None = None
+                       ) -> Any:
+    """Run a command tool once, without a shell; returns its output per ``output``.
+
+    Raises:
+        ToolFailure: non-zero exit (``exit_status``, with the tail of stderr), a program
+            that cannot be started (``tool_error``), or stdout that is not the declared
+            JSON (``output``).
+        CallTimeout: it ran past ``timeout`` seconds (SIGTERM, then SIGKILL).
+    """
+    argv = fill_argv(list(tool.entry.command or []), arguments)
+    cwd = project / tool.entry.cwd if tool.entry.cwd else project
+    env = dict(os.environ)
+    env.update(PLANRUN_RUN_ID=ctx.run_id, PLANRUN_STEP_ID=ctx.step_id,
+               PLANRUN_IDEMPOTENCY_KEY=ctx.idempotency_key, PLANRUN_ATTEMPT=str(ctx.attempt))
+    if ctx.item_index is not None:
+        env["PLANRUN_ITEM_INDEX"] = str(ctx.item_index)
+    else:
+        env.pop("PLANRUN_ITEM_INDEX", None)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:
+        raise ToolFailure({"code": "tool_error", "type": type(exc).__name__,
+                           "message": f"cannot start {argv[0]!r}: {exc.strerror or exc}"}
+                          ) from None
+    if on_start is not None:
+        on_start(proc)
+    payload = json.dumps(arguments).encode()
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(payload), timeout)
+    except TimeoutError:
+        await terminate(proc)
+        raise CallTimeout({"code": "timeout",
+                           "message": f"command ran past its timeout of {timeout} s and "
+                           "was killed"}) from None
+    except asyncio.CancelledError:
+        await terminate(proc)
+        raise
+    if proc.returncode != 0:
+        code = proc.returncode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else \
+            f"exited with status {code}"
+        tail = _tail(err)
+        raise ToolFailure({"code": "exit_status", "exit_code": code,
+                           "message": f"{argv[0]} {how}" + (f": {tail}" if tail else "")})
+    mode = tool.output_mode
+    if mode == "none":
+        return None
+    text = out.decode("utf-8", "replace")
+    if mode == "text":
+        return text[:-1] if text.endswith("\n") else text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ToolFailure({"code": "output",
+                           "message": f"{argv[0]} printed no valid JSON on stdout ({exc}); "
+                           "its tool declares output: json"}) from None
+
+
+async def terminate(proc: asyncio.subprocess.Process, grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL."""
+    if proc.returncode is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+            return
+        except TimeoutError:
+            proc.kill()
+        await proc.wait()
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,301 @@
+"""Everything a person sees: reports, manifests, prompts, errors. The only module that
+imports :mod:`rich` (and only when output goes to a terminal).
+
+Results go to stdout, diagnostics to stderr (SPEC principle 6). Colour follows ``NO_COLOR``
+and ``--no-color``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from .approval import ApprovalRequest, Decision, user_name
+from .errors import PlanrunError
+from .issues import Issue, Report
+
+
+def is_terminal(stream: IO[str]) -> bool:
+    """True when ``stream`` is a TTY."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def can_prompt() -> bool:
+    """A person can be asked: stdin and stderr are both terminals (SPEC §6)."""
+    return is_terminal(sys.stdin) and is_terminal(sys.stderr)
+
+
+def _console(stderr: bool = False, no_color: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, no_color=no_color or bool(os.environ.get("NO_COLOR")),
+                   highlight=False, soft_wrap=False)
+
+
+def out(text: str = "") -> None:
+    """One line of results on stdout."""
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str = "") -> None:
+    """One line of diagnostics on stderr."""
+    sys.stderr.write(text + "\n")
+
+
+def print_json(value: Any) -> None:
+    """A JSON document on stdout."""
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def print_error(exc: PlanrunError, verbose: bool = False) -> None:
+    """One short message on stderr: code, what is wrong, what to do (``-v``: details)."""
+    err(f"planrun: error[{exc.code}]: {exc.message}")
+    if exc.hint:
+        err(f"  {exc.hint}")
+    if verbose and exc.details:
+        err(f"  details: {exc.details!r}")
+
+
+# --- validation reports -----------------------------------------------------------------
+
+
+def _where(issue: Issue) -> str:
+    parts = [issue.file or "-"]
+    if issue.line is not None:
+        parts.append(str(issue.line))
+        if issue.column is not None:
+            parts.append(str(issue.column))
+    return ":".join(parts)
+
+
+def issue_line(issue: Issue) -> str:
+    """``file:line:col: error[code]: message (at /pointer)``."""
+    at = f" (at {issue.path})" if issue.path else ""
+    return f"{_where(issue)}: {issue.severity}[{issue.code}]: {issue.message}{at}"
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def github_line(issue: Issue) -> str:
+    """A GitHub Actions annotation: ``::error file=…,line=…,col=…,title=…::message``."""
+    props = []
+    if issue.file:
+        props.append(f"file={_gh_escape(issue.file, True)}")
+    if issue.line is not None:
+        props.append(f"line={issue.line}")
+    if issue.column is not None:
+        props.append(f"col={issue.column}")
+    props.append(f"title={_gh_escape('planrun ' + issue.code, True)}")
+    kind = "error" if issue.severity == "error" else "warning"
+    at = f" (at {issue.path})" if issue.path else ""
+    return f"::{kind} {','.join(props)}::{_gh_escape(issue.message + at)}"
+
+
+def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
+                 stream: IO[str] | None = None) -> None:
+    """Write a validation report in ``text``, ``json`` or ``github`` format."""
+    target = stream or sys.stdout
+    if fmt == "json":
+        target.write(json.dumps(report.to_json(strict=strict), indent=2,
+                                ensure_ascii=False) + "\n")
+        return
+    if fmt == "github":
+        for issue in report.all_issues():
+            target.write(github_line(issue) + "\n")
+        n = len(report.plans)
+        target.write(f"{n} plan(s) checked: "
+                     f"{'ok' if report.ok(strict=strict) else 'refused'}\n")
+        return
+    for issue in report.issues:
+        target.write(issue_line(issue) + "\n")
+    refused = 0
+    for plan in report.plans:
+        if not plan.issues:
+            target.write(f"{plan.file}: ok\n")
+            continue
+        if not plan.ok:
+            refused += 1
+        for issue in plan.issues:
+            target.write(issue_line(issue) + "\n")
+    errors = sum(1 for i in report.all_issues() if i.severity == "error")
+    warnings = sum(1 for i in report.all_issues() if i.severity == "warning")
+    n = len(report.plans)
+    target.write(f"{n} plan(s) checked, {n - refused} ok, {refused} refused; "
+                 f"{errors} error(s), {warnings} warning(s)\n")
+
+
+# --- manifests ------------------------------------------------------------------------------
+
+
+def _step_line(step: dict[str, Any]) -> str:
+    bits = [f"{step['status']:<13} {step['id']} ({step['tool']})"]
+    if step.get("duration_s") is not None:
+        bits.append(f"{step['duration_s']:.3f}s")
+    if step.get("replayed"):
+        bits.append("replayed")
+    if step.get("approved_by"):
+        bits.append(f"approved by {step['approved_by']}")
+    if step.get("error"):
+        e = step["error"]
+        bits.append(f"[{e.get('code')}] {e.get('message')}")
+    return "  ".join(bits)
+
+
+def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
+    """The human summary of a run on stdout (a table on a terminal); failed steps are
+    named with their error message either way."""
+    c = m["counts"]
+    head = (f"run {m['run_id']} ({m['plan']['name']} r{m['plan']['revision']}): "
+            f"{m['status']} — {c['succeeded']}/{c['total']} succeeded")
+    extra = [f"{c[k]} {k}" for k in ("failed", "skipped", "indeterminate", "pending")
+             if c.get(k)]
+    if extra:
+        head += ", " + ", ".join(extra)
+    if m.get("duration_s") is not None:
+        head += f" in {m['duration_s']:.2f}s"
+    if is_terminal(sys.stdout):
+        from rich.table import Table
+
+        console = _console(no_color=no_color)
+        table = Table(title=head, title_justify="left")
+        for col in ("step", "tool", "status", "time", "note"):
+            table.add_column(col)
+        for s in m["steps"]:
+            note = ""
+            if s.get("error"):
+                note = f"[{s['error'].get('code')}] {s['error'].get('message')}"
+            elif s.get("replayed"):
+                note = "replayed"
+            elif s.get("approved_by"):
+                note = f"approved by {s['approved_by']}"
+            dur = f"{s['duration_s']:.3f}s" if s.get("duration_s") is not None else ""
+            table.add_row(s["id"], s["tool"], s["status"], dur, note, style={
+                "failed": "red", "indeterminate": "magenta", "skipped": "dim",
+                "succeeded": "green"}.get(s["status"]))
+        console.print(table)
+    else:
+        out(head)
+        for s in m["steps"]:
+            out("  " + _step_line(s))
+    if m.get("next"):
+        out(f"next: {m['next']}")
+
+
+def print_runs(rows: Sequence[dict[str, Any]]) -> None:
+    """Run summaries, one line each (newest first)."""
+    if not rows:
+        out("no runs")
+        return
+    for r in rows:
+        c = r["counts"]
+        out(f"{r['run_id']}  {r['started_at']}  {r['status']:<11}  {r['plan']} "
+            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded")
+
+
+def print_events(events: Sequence[dict[str, Any]], tracebacks: bool = False) -> None:
+    """Events, one line each; tracebacks only when asked."""
+    for e in events:
+        data = dict(e["data"] or {})
+        tb = data.pop("traceback", None)
+        where = f" {e['step']}" if e["step"] else ""
+        if e["item"] is not None:
+            where += f"[{e['item']}]"
+        detail = f" {json.dumps(data, ensure_ascii=False)}" if data else ""
+        out(f"{e['ts']}  {e['kind']}{where}{detail}")
+        if tracebacks and tb:
+            for line in str(tb).rstrip().splitlines():
+                out("    " + line)
+
+
+def print_dry_run(dry: Any) -> None:
+    """What ``execute --dry-run`` would do."""
+    from .params import as_written
+
+    plan = dry.plan
+    out(f"plan {plan.name} r{plan.revision}: {plan.goal}")
+    out("would run, in this order (nothing was run or journaled):")
+    needs = {r.step_id for r in dry.approvals}
+    for n, sid in enumerate(dry.order, 1):
+        step = plan.by_id[sid]
+        mark = "  [needs approval]" if sid in needs else ""
+        deps = f" after {', '.join(step.depends_on)}" if step.depends_on else ""
+        out(f"  {n}. {sid} ({step.tool.name}){deps}{mark}")
+        out(f"       arguments: {json.dumps(as_written(step.arguments), ensure_ascii=False)}")
+    if dry.approvals:
+        out("would need approval: " + ", ".join(f"{r.step_id} ({r.tool})"
+                                                for r in dry.approvals))
+    else:
+        out("no step needs approval")
+
+
+# --- the person at the terminal -------------------------------------------------------------
+
+
+class TerminalApprover:
+    """Asks on the terminal: a table of the steps, then ``Approve STEP (TOOL)? [y/N]`` each.
+
+    The default is No; Ctrl-D / Ctrl-C at the prompt deny; with ``timeout`` seconds of
+    silence the step is denied with reason ``timeout``. Stops at the first denial.
+    """
+
+    def __init__(self, timeout: float | None = None, no_color: bool = False) -> None:
+        self.timeout = timeout
+        self.no_color = no_color
+
+    def _table(self, requests: Sequence[ApprovalRequest]) -> None:
+        from rich.table import Table
+
+        console = _console(stderr=True, no_color=self.no_color)
+        table = Table(title="Steps that need your approval before anything runs",
+                      title_justify="left")
+        for col in ("step", "tool", "intent", "arguments"):
+            table.add_column(col, overflow="fold")
+        for r in requests:
+            table.add_row(r.step_id, r.tool, r.intent or "",
+                          json.dumps(r.arguments, ensure_ascii=False))
+        console.print(table)
+
+    def _ask(self, question: str) -> tuple[bool, str | None]:
+        sys.stderr.write(question)
+        sys.stderr.flush()
+        try:
+            if self.timeout is not None:
+                ready, _, _ = select.select([sys.stdin], [], [], self.timeout)
+                if not ready:
+                    sys.stderr.write("\n")
+                    return False, "timeout"
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            sys.stderr.write("\n")
+            return False, "interrupt"
+        if line == "":
+            sys.stderr.write("\n")
+            return False, "eof"
+        answer = line.strip().lower()
+        if answer in ("y", "yes"):
+            return True, None
+        return False, "answered no" if answer else "default no"
+
+    def decide(self, requests: Sequence[ApprovalRequest]) -> list[Decision]:
+        """Ask about each request in order; stop at the first denial."""
+        self._table(requests)
+        who = user_name()
+        out_: list[Decision] = []
+        for r in requests:
+            ok, why = self._ask(f"Approve {r.step_id} ({r.tool})? [y/N] ")
+            out_.append(Decision(r.step_id, ok, who, "prompt", why))
+            if not ok:
+                break
+        return out_
