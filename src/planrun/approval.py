@@ -60,8 +60,11 @@ class Decision:
 
 
 class Approver(Protocol):
-    """Something that asks a person. Decides on each request, in order; may stop at the
-    first denial (the rest are then not asked)."""
+    """Something that asks a person.
+
+    Decides on each request, in order; may stop at the first denial (the rest are then
+    not asked).
+    """
 
     def decide(self, requests: Sequence[ApprovalRequest]) -> list[Decision]:
         """Return one decision per request asked (a prefix of ``requests``)."""

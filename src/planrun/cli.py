@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -50,7 +50,7 @@ ParamsFileOpt = Annotated[str | None, typer.Option(
     "--params-file", help="YAML or JSON file of parameter values.", metavar="FILE")]
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     """Report formats of ``planrun validate``."""
 
     text = "text"
@@ -261,7 +261,7 @@ def log(
     from . import api, ui
 
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
-    run_id, events = _guard(lambda: api.log(settings, run), verbose, as_json)
+    _run_id, events = _guard(lambda: api.log(settings, run), verbose, as_json)
     if as_json:
         if not tracebacks:
             for e in events:

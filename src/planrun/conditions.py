@@ -30,12 +30,12 @@ def compile_condition(expr: str) -> Any:
     Raises:
         ConditionError: the expression does not compile.
     """
-    import celpy
+    import celpy.celparser
 
     env = _environment()
     try:
         return env.program(env.compile(expr))
-    except celpy.CELParseError as exc:
+    except celpy.celparser.CELParseError as exc:
         detail = " ".join(str(exc).split())
         raise ConditionError(detail) from None
     except Exception as exc:  # cel-python raises assorted errors on odd input
@@ -48,12 +48,12 @@ def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any]) -> bool
     Raises:
         ConditionError: evaluation failed or the result is not a boolean.
     """
-    import celpy
+    from celpy.adapter import json_to_cel
 
     program = compile_condition(expr)
     activation = {
-        "params": celpy.json_to_cel(params),
-        "steps": celpy.json_to_cel({sid: {"output": out} for sid, out in outputs.items()}),
+        "params": json_to_cel(params),
+        "steps": json_to_cel({sid: {"output": out} for sid, out in outputs.items()}),
     }
     try:
         result = program.evaluate(activation)

@@ -106,8 +106,9 @@ class ApprovalError(PlanrunError):
 
 
 class RunError(PlanrunError):
-    """A run cannot proceed (exit 5): ``unknown_run``, ``run_busy``, ``run_not_resumable``,
-    ``indeterminate``.
+    """A run cannot proceed (exit 5).
+
+    Codes: ``unknown_run``, ``run_busy``, ``run_not_resumable``, ``indeterminate``.
     """
 
     exit_code = EXIT_RUN

@@ -43,7 +43,7 @@ def run_order(order: Sequence[str], deps: Mapping[str, Iterable[str]]) -> list[s
     while sorter.is_active():
         for sid in sorter.get_ready():
             heapq.heappush(heap, (position[sid], sid))
-        pos, sid = heapq.heappop(heap)
+        _pos, sid = heapq.heappop(heap)
         out.append(sid)
         sorter.done(sid)
     return out

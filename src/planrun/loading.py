@@ -309,8 +309,10 @@ class Document:
         return node.start_mark.line + 1, node.start_mark.column + 1
 
     def locate_key(self, ptr: str) -> tuple[int | None, int | None]:
-        """Like :meth:`locate`, but at the mapping *key* for the last token (for
-        issues about a key itself, e.g. an undeclared argument)."""
+        """Like :meth:`locate`, but at the mapping *key* of the last token.
+
+        For issues about a key itself, e.g. an undeclared argument.
+        """
         tokens = split_pointer(ptr)
         if not tokens:
             return self.locate(ptr)

@@ -26,8 +26,11 @@ Seconds = Annotated[float, Field(gt=0)]
 
 
 class Retries(BaseModel):
-    """``retries``: ``max_attempts`` calls at most, waiting ``backoff_s × 2^(attempt-1)``
-    seconds between them; ``on_exit_codes`` limits retrying to those exit statuses."""
+    """``retries`` of a tool or step.
+
+    ``max_attempts`` calls at most, waiting ``backoff_s * 2^(attempt-1)`` seconds between
+    them; ``on_exit_codes`` limits retrying to those exit statuses.
+    """
 
     model_config = _STRICT
     max_attempts: PositiveInt = 1
@@ -72,7 +75,7 @@ class PlanHead(BaseModel):
 class Plan(PlanHead):
     """The whole plan file (for ``planrun schema plan``)."""
 
-    steps: list[Step]  # type: ignore[assignment]
+    steps: list[Step]
 
 
 class Tool(BaseModel):

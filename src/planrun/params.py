@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Union
+from typing import Any
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
 _SEG = r"[A-Za-z0-9_-]+"
@@ -75,8 +75,8 @@ class IndexRef:
         return "{index}"
 
 
-Ref = Union[ParamRef, StepRef, ItemRef, IndexRef]
-Segment = Union[str, Ref]
+Ref = ParamRef | StepRef | ItemRef | IndexRef
+Segment = str | Ref
 
 
 class PlaceholderError(ValueError):
@@ -278,14 +278,16 @@ def substitute(value: Any, params: dict[str, Any], ptr: str = "",
                 if v is UNKNOWN:
                     out.append(s)
                     continue
+                ref_name = s.name
                 try:
-                    s = render(v)
+                    rendered = render(v)
                 except TypeError:
                     problems.append(Problem(
                         ptr, "param_type",
-                        f"parameter {s.name!r} is an object or array and cannot be embedded "
+                        f"parameter {ref_name!r} is an object or array and cannot be embedded "
                         "in text; use it as the whole value"))
                     return UNKNOWN
+                s = rendered
             if isinstance(s, str) and out and isinstance(out[-1], str):
                 out[-1] = out[-1] + s
             else:

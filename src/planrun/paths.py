@@ -168,7 +168,7 @@ def plan_names(plans_dir: Path) -> list[str]:
 
 
 def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
-    """The file for plan ``name`` (SPEC §3 "Plan lookup").
+    r"""The file for plan ``name`` (SPEC §3 "Plan lookup").
 
     ``plans/NAME.yaml``, ``.yml``, ``.json`` are tried in that order. A name holding ``/``,
     ``\\`` or ``..`` is refused (``bad_name``) unless it is an existing file path.

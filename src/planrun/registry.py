@@ -47,7 +47,8 @@ def _strict_validator_class() -> Any:
 
     checker = Draft202012Validator.TYPE_CHECKER.redefine_many(
         {"integer": is_integer, "number": is_number})
-    return validators.extend(Draft202012Validator, type_checker=checker)
+    return validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator, type_checker=checker)
 
 
 _STRICT_CLASS: Any = None
@@ -303,9 +304,9 @@ def _real_loc(data: Any, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
     out: list[int | str] = []
     cur = data
     for part in loc:
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
+        in_dict = isinstance(cur, dict) and part in cur
+        in_list = isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur)
+        if in_dict or in_list:
             cur = cur[part]
         elif isinstance(cur, dict) and isinstance(part, str) and len(out) == len(loc) - 1:
             out.append(part)  # a missing or unknown key: point at it

@@ -1,5 +1,6 @@
-"""Everything a person sees: reports, manifests, prompts, errors. The only module that
-imports :mod:`rich` (and only when output goes to a terminal).
+"""Everything a person sees: reports, manifests, prompts, errors.
+
+The only module that imports :mod:`rich` (and only when output goes to a terminal).
 
 Results go to stdout, diagnostics to stderr (SPEC principle 6). Colour follows ``NO_COLOR``
 and ``--no-color``.
@@ -154,8 +155,10 @@ def _step_line(step: dict[str, Any]) -> str:
 
 
 def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
-    """The human summary of a run on stdout (a table on a terminal); failed steps are
-    named with their error message either way."""
+    """The human summary of a run on stdout (a table on a terminal).
+
+    Failed steps are named with their error message either way.
+    """
     c = m["counts"]
     head = (f"run {m['run_id']} ({m['plan']['name']} r{m['plan']['revision']}): "
             f"{m['status']} — {c['succeeded']}/{c['total']} succeeded")

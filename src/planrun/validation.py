@@ -21,8 +21,8 @@ from .issues import Issue, PlanReport
 from .loading import Document, pointer
 from .params import (
     UNKNOWN,
-    ItemRef,
     IndexRef,
+    ItemRef,
     ParamRef,
     Problem,
     StepRef,
@@ -136,8 +136,11 @@ class CheckedPlan:
 
 @dataclass
 class ParamInput:
-    """Parameter values as given: ``-p`` texts (parsed by declared type), a params file
-    (native values), and environment values (``PLANRUN_PARAM_<NAME>``, texts)."""
+    """Parameter values as given.
+
+    ``-p`` texts (parsed by declared type), a params file (native values), and environment
+    values (``PLANRUN_PARAM_<NAME>``, texts).
+    """
 
     cli: dict[str, str] = field(default_factory=dict)
     file_values: dict[str, Any] = field(default_factory=dict)
@@ -341,7 +344,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
     except ValidationError as exc:
         _pydantic_issues(out, exc, "", data, None)
         head = None
-    name = data.get("name") if isinstance(data.get("name"), str) else name_hint or "plan"
+    raw_name = data.get("name")
+    name: str = raw_name if isinstance(raw_name, str) else name_hint or "plan"
     report.plan = {"name": name, "revision": data.get("revision", 1), "goal": data.get("goal")}
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
@@ -354,8 +358,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                 "(plans are never trimmed)", path="/steps")
 
     # --- parameters -------------------------------------------------------------
-    declared: dict[str, Any] = data.get("params") if isinstance(data.get("params"), dict) \
-        else {}
+    raw_params = data.get("params")
+    declared: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
     secrets: set[str] = set()
     good_params: dict[str, Any] = {}
     for pname, schema in declared.items():
@@ -368,10 +372,10 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                     path=ptr + "/secret")
         elif secret:
             secrets.add(pname)
-        problems = schema_problems(_without_secret(schema))
-        for sub, msg in problems:
+        bad_schema = schema_problems(_without_secret(schema))
+        for sub, msg in bad_schema:
             out.add("schema", f"parameter {pname!r}: {msg}", path=ptr + sub)
-        if problems:
+        if bad_schema:
             continue
         if "default" in schema:
             for err in strict_validator(_without_secret(schema)).iter_errors(schema["default"]):

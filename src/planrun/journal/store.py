@@ -307,7 +307,8 @@ class Journal:
         """Runs newest first, optionally filtered, each with its step counts."""
         if self.conn is None:
             return []
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if plan:
             where.append("plan_name = ?")
             args.append(plan)
@@ -388,11 +389,10 @@ class _Tx:
         except sqlite3.Error as exc:
             raise _fail(self.journal.path, exc, "write") from None
 
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         try:
             self._cm.__exit__(et, ev, tb)
         except sqlite3.Error as exc:
             raise _fail(self.journal.path, exc, "write") from None
         if isinstance(ev, sqlite3.Error):
             raise _fail(self.journal.path, ev, "write") from None
-        return False
