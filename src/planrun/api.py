@@ -8,20 +8,16 @@ CLI's job (:mod:`planrun.cli`, :mod:`planrun.ui`).
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ApprovalError, Refused, RunError, UsageError
+from .errors import Refused, RunError, UsageError
 from .issues import Issue, PlanReport, Report
 from .paths import PlanLookupError, Settings, find_plan
 from .validation import CheckedPlan, ParamInput
-
-SECRET_MASK = "***"
 
 
 @dataclass
@@ -157,30 +153,6 @@ class DryRun:
     approvals: list[Any] = field(default_factory=list)
 
 
-def _masked(plan: CheckedPlan) -> dict[str, Any]:
-    from .params import UNKNOWN
-
-    return {k: (SECRET_MASK if k in plan.secret_params else (None if v is UNKNOWN else v))
-            for k, v in plan.params.items()}
-
-
-def _contracts(plan: CheckedPlan) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for s in plan.steps:
-        t = s.tool
-        out[t.name] = {
-            "kind": t.kind, "contract": t.contract, "irreversible": t.entry.irreversible,
-            "idempotent": t.entry.idempotent, "key_arguments": t.entry.key_arguments,
-            "command": t.entry.command, "python": t.entry.python,
-        }
-    return out
-
-
-def lease_owner() -> str:
-    """This process as a lease holder: ``host:pid:token``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
 def execute(settings: Settings, name: str, given: ParamInput, *,
             approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
             max_parallel: int | None = None, keep_going: bool = False,
@@ -197,9 +169,9 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         ApprovalError: a step was denied or could not be cleared (exit 4).
         JournalError: the journal is unusable (exit 6).
     """
-    from . import approval
+    from . import approval, runner
     from .journal import Journal, dumps, now
-    from .journal.store import new_run_id
+    from .journal.store import LEASE_TTL_S, lease_owner, new_run_id
 
     registry = load_registry(settings)
     loaded = check(settings, name, registry, given, concrete=True)
@@ -220,33 +192,27 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
 
     run_id = new_run_id()
     parallel = max_parallel or plan.max_parallel or settings.max_parallel
+    owner = lease_owner()
     with Journal(settings.journal, write=True) as journal:
         created = now()
         journal.create_run(run={
             "run_id": run_id, "root_run_id": run_id, "parent_run_id": None,
             "plan_name": plan.name, "plan_file": plan.file, "plan_json": dumps(plan.document),
             "digest": plan.digest, "revision": plan.revision, "goal": plan.goal,
-            "params_json": dumps(_masked(plan)), "contracts_json": dumps(_contracts(plan)),
+            "params_json": dumps(runner.masked_params(plan)),
+            "contracts_json": dumps(runner.contracts(plan)),
             "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going}),
-            "status": "running", "created_at": created, "lease_owner": lease_owner(),
-            "lease_expires": time.time() + 60,
+            "status": "running", "created_at": created, "lease_owner": owner,
+            "lease_expires": time.time() + LEASE_TTL_S,
         }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
             event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest})
+        journal.owner = owner
         if requests:
-            _clear(journal, run_id, requests, set(approve), approve_all, approver)
-        from .executor import Executor
-
-        executor = Executor(journal=journal, plan=plan, run_id=run_id, root_run_id=run_id,
-                            project=settings.project, max_parallel=parallel,
-                            keep_going=keep_going, progress=progress)
-        status = executor.run()
-        journal.finish_run(run_id, status)
-        from . import manifest
-
-        result = manifest.build(journal, run_id)
-        if executor.abandoned:
-            result["_abandoned_calls"] = executor.abandoned
-        return result
+            runner.clear_approvals(journal, run_id, requests, set(approve), approve_all,
+                                   approver, on_deny="denied")
+        return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
+                            owner=owner, max_parallel=parallel, keep_going=keep_going,
+                            progress=progress)
 
 
 def _first_code(report: PlanReport) -> str:
@@ -277,43 +243,6 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
             "params_json": "{}", "contracts_json": "{}", "status": "refused",
             "report_json": dumps(report.to_json()), "created_at": now(), "finished_at": now(),
         }, report={"issues": [i.to_json() for i in loaded.report.issues]})
-
-
-def _clear(journal: Any, run_id: str, requests: list[Any], approve: set[str],
-           approve_all: bool, approver: Any) -> None:
-    """Clear every request or raise :class:`ApprovalError` (the run is then ``denied``)."""
-    from .approval import clear
-
-    for r in requests:
-        journal.add_event(run_id, "approval_required", step_id=r.step_id,
-                          data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
-    by_step = {r.step_id: r for r in requests}
-    try:
-        decisions = clear(requests, approve=approve, approve_all=approve_all,
-                          approver=approver)
-    except ApprovalError as exc:
-        for d in exc.details or []:
-            _record(journal, run_id, by_step[d.step_id], d)
-        journal.finish_run(run_id, "denied", {"reason": "approval_required"})
-        raise
-    for d in decisions:
-        _record(journal, run_id, by_step[d.step_id], d)
-    denied = [d for d in decisions if not d.granted]
-    asked = {d.step_id for d in decisions}
-    if denied or any(r.step_id not in asked for r in requests):
-        journal.finish_run(run_id, "denied", {"reason": "approval_denied"})
-        d = denied[0] if denied else None
-        why = f" ({d.reason})" if d and d.reason else ""
-        step = d.step_id if d else next(r.step_id for r in requests if r.step_id not in asked)
-        raise ApprovalError(f"step {step!r} was not approved{why}; nothing ran",
-                            code="approval_denied",
-                            hint=f"Run again and answer y, or pass --approve {step}.")
-
-
-def _record(journal: Any, run_id: str, request: Any, d: Any) -> None:
-    journal.record_approval(run_id=run_id, step_id=d.step_id, tool=request.tool,
-                            digest=request.digest, granted=d.granted, decided_by=d.decided_by,
-                            method=d.method, reason=d.reason)
 
 
 # --- reading ---------------------------------------------------------------------------

@@ -50,6 +50,18 @@ ParamsFileOpt = Annotated[str | None, typer.Option(
     "--params-file", help="YAML or JSON file of parameter values.", metavar="FILE")]
 
 
+RunArg = Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).")]
+ApproveOpt = Annotated[list[str] | None, typer.Option(
+    "--approve", help="Clear this step without asking; repeatable.", metavar="STEP")]
+ApproveAllOpt = Annotated[bool, typer.Option(
+    "--approve-all", help="Clear every step that needs approval.")]
+ApprovalTimeoutOpt = Annotated[float | None, typer.Option(
+    "--approval-timeout", help="On a terminal, deny when nobody answers in this many "
+    "seconds.", metavar="SECONDS", min=0)]
+MaxParallelOpt = Annotated[int | None, typer.Option(
+    "--max-parallel", help="Calls running at once (default: as journaled).", min=1)]
+
+
 class Format(StrEnum):
     """Report formats of ``planrun validate``."""
 
@@ -142,17 +154,10 @@ def execute(
     plan: Annotated[str, typer.Argument(help="Plan name (in the plans folder) or file path.")],
     param: ParamOpt = None,
     params_file: ParamsFileOpt = None,
-    approve: Annotated[list[str] | None, typer.Option(
-        "--approve", help="Clear this step without asking; repeatable.",
-        metavar="STEP")] = None,
-    approve_all: Annotated[bool, typer.Option(
-        "--approve-all", help="Clear every step that needs approval.")] = False,
-    approval_timeout: Annotated[float | None, typer.Option(
-        "--approval-timeout", help="On a terminal, deny when nobody answers in this many "
-        "seconds.", metavar="SECONDS", min=0)] = None,
-    max_parallel: Annotated[int | None, typer.Option(
-        "--max-parallel", help="Calls running at once (default: plan, planrun.toml, 4).",
-        min=1)] = None,
+    approve: ApproveOpt = None,
+    approve_all: ApproveAllOpt = False,
+    approval_timeout: ApprovalTimeoutOpt = None,
+    max_parallel: MaxParallelOpt = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", help="After a failure, go on with steps that do not depend on "
         "it.")] = False,
@@ -190,17 +195,147 @@ def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn
     from . import ui
 
     abandoned = manifest.pop("_abandoned_calls", 0)
+    signal_exit = manifest.pop("_exit", None)
     if as_json:
         ui.print_json(manifest)
     else:
         ui.print_manifest(manifest, no_color=no_color)
     code = 0 if manifest["status"] == "completed" else 1
+    if signal_exit is not None:
+        code = signal_exit
     if abandoned:
         # A python tool call that timed out is still running in a thread; do not wait.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     raise typer.Exit(code)
+
+
+@app.command()
+def resume(
+    run: Annotated[str | None, typer.Argument(
+        help="Run id or prefix (default: the most recent interrupted or running run).")
+    ] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Print what resume would do per step, and why; change "
+        "nothing.")] = False,
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    approve: ApproveOpt = None,
+    approve_all: ApproveAllOpt = False,
+    approval_timeout: ApprovalTimeoutOpt = None,
+    max_parallel: MaxParallelOpt = None,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Continue an interrupted run without repeating finished steps."""
+    from . import api, lifecycle, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+    if explain:
+        report = _guard(lambda: lifecycle.explain(settings, run, given), verbose, as_json)
+        if as_json:
+            ui.print_json(report)
+        else:
+            ui.print_explain(report)
+        raise typer.Exit(0)
+    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
+    result = _guard(lambda: lifecycle.resume(
+        settings, run, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel), verbose, as_json)
+    _finish(result, as_json, no_color)
+
+
+@app.command()
+def resolve(
+    run: RunArg,
+    step: Annotated[str, typer.Argument(help="The indeterminate step.")],
+    succeeded: Annotated[bool, typer.Option(
+        "--succeeded", help="Its effect happened: record it as succeeded.")] = False,
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="Its effect did not happen: record it as failed.")] = False,
+    output_json: Annotated[str | None, typer.Option(
+        "--output", help="With --succeeded: the step's output, as JSON.",
+        metavar="JSON")] = None,
+    reason: Annotated[str | None, typer.Option(
+        "--reason", help="Why (journaled).", metavar="TEXT")] = None,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Settle a step whose effect is unknown, so that resume can continue."""
+    from . import lifecycle, ui
+    from .errors import UsageError
+
+    if succeeded == failed:
+        _fail(UsageError("give exactly one of --succeeded or --failed"), verbose)
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    m = _guard(lambda: lifecycle.resolve(settings, run, step, succeeded=succeeded,
+                                         output=output_json, reason=reason),
+               verbose, as_json)
+    if as_json:
+        ui.print_json(m)
+    else:
+        ui.print_manifest(m, no_color=no_color)
+
+
+@app.command()
+def retry(
+    run: RunArg,
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    approve: ApproveOpt = None,
+    approve_all: ApproveAllOpt = False,
+    approval_timeout: ApprovalTimeoutOpt = None,
+    max_parallel: MaxParallelOpt = None,
+    keep_going: Annotated[bool, typer.Option(
+        "--keep-going", help="After a failure, go on with independent steps.")] = False,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Start a child run of a failed run: inherit succeeded steps, re-run the rest."""
+    from . import api, lifecycle, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
+    result = _guard(lambda: lifecycle.retry(
+        settings, run, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, keep_going=keep_going),
+        verbose, as_json)
+    _finish(result, as_json, no_color)
+
+
+@app.command()
+def unlock(
+    run: RunArg,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Release a run's lease held by a process that cannot be proven dead (another host)."""
+    from . import lifecycle, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    result = _guard(lambda: lifecycle.unlock(settings, run), verbose, as_json)
+    if as_json:
+        ui.print_json(result)
+    elif result["owner"]:
+        ui.out(f"released the lease of run {result['run_id']} held by {result['owner']}")
+    else:
+        ui.out(f"run {result['run_id']} had no lease")
 
 
 @app.command()
@@ -292,4 +427,9 @@ def output(
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:
+        # Ctrl-C outside a run (while loading or validating): nothing was started.
+        sys.stderr.write("planrun: interrupted\n")
+        raise SystemExit(130) from None

@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import graphlib
 import heapq
+import os
+import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,12 +23,33 @@ from pathlib import Path
 from typing import Any
 
 from .canonical import digest
+from .errors import EXIT_SIGINT, EXIT_SIGTERM
 from .journal import Journal, dumps
+from .journal.store import LEASE_TTL_S
 from .params import IndexRef, ItemRef, Ref, ResolveError, StepRef, dig, resolve
 from .tools import CallTimeout, StepContext, ToolFailure, call_command, call_python
 from .validation import CheckedPlan, CheckedStep
 
 Progress = Callable[[str, str, dict[str, Any]], None]
+
+#: Seconds running calls get to finish after the first SIGINT/SIGTERM (SPEC §5).
+GRACE_S = 10.0
+#: Test-only seam: ``PLANRUN_TEST_CRASH=POINT:STEP[,POINT:STEP...]`` makes the process
+#: SIGKILL itself at a named point of a step, so crash tests are deterministic.
+#: POINT is ``dispatch`` (after the dispatch record commits), ``call`` (after the tool
+#: returned, before the outcome record) or ``outcome`` (after the outcome record commits).
+CRASH_ENV = "PLANRUN_TEST_CRASH"
+CRASH_POINTS = ("dispatch", "call", "outcome")
+
+
+def _crash_points() -> frozenset[tuple[str, str]]:
+    raw = os.environ.get(CRASH_ENV, "")
+    out = set()
+    for part in raw.split(","):
+        point, _, step = part.strip().partition(":")
+        if point in CRASH_POINTS and step:
+            out.add((point, step))
+    return frozenset(out)
 
 
 def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int | None,
@@ -63,6 +87,8 @@ class Executor:
         keep_going: after a failure, go on with steps that do not depend on it.
         state: known step states (succeeded steps are not run again).
         progress: optional callback ``(kind, step_id, info)`` for display.
+        owner: this process's lease owner string (renewed while running), or None.
+        grace_s: seconds running calls get after the first SIGINT/SIGTERM.
     """
 
     journal: Journal
@@ -74,21 +100,66 @@ class Executor:
     keep_going: bool = False
     state: dict[str, StepState] = field(default_factory=dict)
     progress: Progress | None = None
+    owner: str | None = None
+    grace_s: float = GRACE_S
     stopping: str | None = None
     abandoned: int = 0
+    signal_exit: int | None = None
 
     def run(self) -> str:
-        """Run to the end; returns the run status (``completed`` | ``failed``)."""
+        """Run to the end.
+
+        Returns:
+            The run status: ``completed`` | ``failed`` | ``interrupted`` (then
+            :attr:`signal_exit` is 130 or 143).
+        """
         for s in self.plan.steps:
             self.state.setdefault(s.id, StepState())
+        self._crash = _crash_points()
         pool = ThreadPoolExecutor(max_workers=self.max_parallel,
                                   thread_name_prefix="planrun-tool")
         try:
             asyncio.run(self._main(pool))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+        if self.signal_exit is not None:
+            return "interrupted"
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
         return "failed" if bad else "completed"
+
+    def _crash_at(self, point: str, sid: str) -> None:
+        if self._crash and (point, sid) in self._crash:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # --- signals and the lease ----------------------------------------------------------
+
+    def _on_signal(self, signum: int) -> None:
+        if self.signal_exit is None:
+            self.signal_exit = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+            self.stopping = "interrupted"
+            n = len(self._running)
+            self._emit("interrupt", "", running=n, grace_s=self.grace_s)
+            if n:
+                self._grace = asyncio.get_running_loop().call_later(
+                    self.grace_s, self._cancel_running)
+        elif signum == signal.SIGINT:
+            self._emit("cancel", "", running=len(self._running))
+            self._cancel_running()
+
+    def _cancel_running(self) -> None:
+        for task in self._running:
+            task.cancel()
+
+    async def _heartbeat(self) -> None:
+        assert self.owner is not None
+        while True:
+            await asyncio.sleep(LEASE_TTL_S / 3)
+            if not self.journal.renew_lease(self.run_id, self.owner):
+                self.stopping = "the run's lease was taken by another process"
+                self._emit("lease_lost", "")
+                return
 
     def _emit(self, kind: str, sid: str, **info: Any) -> None:
         if self.progress is not None:
@@ -97,15 +168,29 @@ class Executor:
     async def _main(self, pool: ThreadPoolExecutor) -> None:
         self._pool = pool
         self._sem = asyncio.Semaphore(self.max_parallel)
+        self._running: dict[asyncio.Task[None], str] = {}
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        beat = asyncio.create_task(self._heartbeat()) if self.owner else None
+        try:
+            await self._schedule()
+        finally:
+            if beat is not None:
+                beat.cancel()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+
+    async def _schedule(self) -> None:
         sorter = graphlib.TopologicalSorter(self.plan.deps)
         sorter.prepare()
         heap: list[tuple[int, str]] = []
-        running: dict[asyncio.Task[None], str] = {}
+        running = self._running
         by_id = self.plan.by_id
         while sorter.is_active():
             for sid in sorter.get_ready():
                 heapq.heappush(heap, (by_id[sid].index, sid))
-            while heap:
+            while heap and self.signal_exit is None:
                 _, sid = heapq.heappop(heap)
                 st = self.state[sid]
                 if st.status in ("succeeded", "skipped", "failed", "indeterminate"):
@@ -123,6 +208,8 @@ class Executor:
                 task = asyncio.create_task(self._run_step(by_id[sid]))
                 running[task] = sid
             if not running:
+                if self.signal_exit is not None:
+                    return  # interrupted: what was not dispatched stays pending
                 continue
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in sorted(done, key=lambda t: by_id[running[t]].index):
@@ -176,6 +263,14 @@ class Executor:
         self._stop(step.id, "failed")
 
     async def _run_step(self, step: CheckedStep) -> None:
+        try:
+            await self._step(step)
+        except asyncio.CancelledError:
+            # Cancelled before its call was dispatched, or between attempts: the journal
+            # holds it as pending, so resume runs it.
+            return
+
+    async def _step(self, step: CheckedStep) -> None:
         if step.when is not None:
             from .conditions import ConditionError, evaluate
 
@@ -206,7 +301,16 @@ class Executor:
             return
         key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
                               item=None, arguments=arguments)
+        done, output = self.journal.succeeded_key(key)
+        if done:
+            self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key")
+            st = self.state[step.id]
+            st.status, st.output = "succeeded", output
+            self._emit("replayed", step.id)
+            return
         async with self._sem:
+            if self.signal_exit is not None:
+                return  # stays pending
             if self.stopping is not None:
                 self._skip(step.id, "stopped", self.stopping)
                 return
@@ -223,11 +327,25 @@ class Executor:
                                       root_run_id=self.root_run_id)
             st.status = "running"
             self._emit("started", step.id, attempt=attempt)
+            self._crash_at("dispatch", step.id)
             ctx = StepContext(run_id=self.run_id, step_id=step.id, item_index=None,
                               idempotency_key=key, attempt=attempt)
             try:
                 output = await self._call(step, arguments, ctx)
+                self._crash_at("call", step.id)
                 error = self._check_output(step, output)
+            except asyncio.CancelledError:
+                if step.tool.kind == "python":
+                    self.abandoned += 1
+                how = "abandoned" if step.tool.kind == "python" else "cancelled"
+                error = {"code": "interrupted",
+                         "message": f"call {how} when the run was interrupted; its effect is "
+                         "unknown"}
+                self.journal.step_finished(self.run_id, step.id, status="indeterminate",
+                                           key=None, error=error)
+                st.status = "indeterminate"
+                self._emit("indeterminate", step.id, error=error)
+                return
             except CallTimeout as exc:
                 error = exc.error
                 if not step.tool.entry.idempotent:
@@ -246,6 +364,7 @@ class Executor:
             if error is None:
                 self.journal.step_finished(self.run_id, step.id, status="succeeded", key=key,
                                            output=output)
+                self._crash_at("outcome", step.id)
                 st.status, st.output = "succeeded", output
                 self._emit("succeeded", step.id)
                 return
@@ -262,6 +381,7 @@ class Executor:
                 continue
             self.journal.step_finished(self.run_id, step.id, status="failed", key=key,
                                        error=error)
+            self._crash_at("outcome", step.id)
             st.status = "failed"
             self._emit("failed", step.id, error=error)
             self._stop(step.id, "failed")

@@ -302,3 +302,20 @@ class TerminalApprover:
             if not ok:
                 break
         return out_
+
+
+def print_explain(report: dict[str, Any]) -> None:
+    """``resume --explain``: per step, what resume would do and why."""
+    out(f"run {report['run_id']} is {report['status']}")
+    lease = report.get("lease")
+    if lease:
+        state = {True: "alive", False: "dead", None: "on another host"}[lease["alive"]]
+        out(f"lease: {lease['owner']} ({state}, expires in {lease['expires_in_s']} s)")
+    if not report["revalidation"]["ok"]:
+        out("the journaled plan no longer passes validation; resume would refuse it:")
+        for i in report["revalidation"]["issues"]:
+            out(f"  [{i.get('code')}] {i.get('message')}")
+    for s in report["steps"]:
+        out(f"  {s['action']:<7} {s['step']} ({s['tool']}): {s['why']}")
+    if report["would_stop"]:
+        out("resume would stop before running anything (see above)")

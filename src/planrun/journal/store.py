@@ -8,8 +8,11 @@ UPDATE guarded by the expected status, so a record can never move backwards.
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import socket
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +31,41 @@ STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indete
 RUN_STATUSES = ("running", "completed", "failed", "interrupted", "denied", "refused")
 #: Shortest run-id prefix accepted (SPEC §8).
 MIN_PREFIX = 4
+#: Seconds a lease lasts without renewal; a running process renews it every third of this.
+LEASE_TTL_S = 30.0
+
+
+class LeaseLost(JournalError):
+    """Another process took this run's lease: this process must stop writing to it."""
+
+    default_code = "run_busy"
+
+
+def lease_owner() -> str:
+    """This process as a lease holder: ``host:pid:token``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def holder_alive(owner: str) -> bool | None:
+    """Whether the process holding a lease is alive.
+
+    True/False when the holder is on this host (its pid is checked); None when it is on
+    another host and cannot be checked from here.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def now() -> str:
@@ -64,6 +102,8 @@ class Journal:
     def __init__(self, path: Path, *, write: bool) -> None:
         self.path = path
         self.conn: sqlite3.Connection | None = open_write(path) if write else open_read(path)
+        #: When set, step writes check that this owner still holds the run's lease.
+        self.owner: str | None = None
 
     def close(self) -> None:
         """Close the connection."""
@@ -86,6 +126,15 @@ class Journal:
 
     def _write(self) -> Any:
         return _Tx(self)
+
+    def _guard(self, conn: sqlite3.Connection, run_id: str) -> None:
+        if self.owner is None:
+            return
+        row = conn.execute("SELECT lease_owner FROM runs WHERE run_id = ?",
+                           (run_id,)).fetchone()
+        if row is None or row[0] != self.owner:
+            raise LeaseLost(f"run {run_id} is now held by {row[0] if row else 'nobody'}; "
+                            "this process stops writing to it")
 
     def _event(self, conn: sqlite3.Connection, run_id: str, kind: str,
                step_id: str | None = None, item: int | None = None, data: Any = None,
@@ -123,13 +172,20 @@ class Journal:
             self._event(c, run["run_id"], "plan_refused", data=report, ts=run["created_at"])
 
     def finish_run(self, run_id: str, status: str, data: Any = None) -> None:
-        """Set the run's final status, with its ``run_finished`` event."""
+        """Set the run's final status and release its lease.
+
+        With its ``run_finished`` event (``run_interrupted`` for an interrupted run, which
+        stays resumable).
+        """
         ts = now()
+        done = status not in ("running", "interrupted")
         with self._write() as c:
-            c.execute("UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
-                      (status, ts, run_id))
-            self._event(c, run_id, "run_finished", data={"status": status, **(data or {})},
-                        ts=ts)
+            self._guard(c, run_id)
+            c.execute("UPDATE runs SET status = ?, finished_at = ?, lease_owner = NULL, "
+                      "lease_expires = NULL WHERE run_id = ?",
+                      (status, ts if done else None, run_id))
+            kind = "run_interrupted" if status == "interrupted" else "run_finished"
+            self._event(c, run_id, kind, data={"status": status, **(data or {})}, ts=ts)
 
     def set_run_status(self, run_id: str, status: str, event: str | None = None,
                        data: Any = None) -> None:
@@ -174,10 +230,12 @@ class Journal:
         """
         ts = now()
         with self._write() as c:
+            self._guard(c, run_id)
             cur = c.execute(
                 "UPDATE steps SET status = 'running', attempts = ?, idempotency_key = ?, "
                 "started_at = COALESCE(started_at, ?), error_json = NULL "
-                "WHERE run_id = ? AND step_id = ? AND status IN ('pending', 'running')",
+                "WHERE run_id = ? AND step_id = ? "
+                "AND status IN ('pending', 'running', 'indeterminate')",
                 (attempt, key, ts, run_id, step_id))
             if cur.rowcount != 1:
                 raise JournalError(f"step {step_id!r} of run {run_id} is not pending")
@@ -202,6 +260,7 @@ class Journal:
         ts = now()
         out_json = dumps(output) if status == "succeeded" else None
         with self._write() as c:
+            self._guard(c, run_id)
             cur = c.execute(
                 "UPDATE steps SET status = ?, output_json = ?, error_json = ?, "
                 "finished_at = ? WHERE run_id = ? AND step_id = ? AND status = ?",
@@ -231,6 +290,7 @@ class Journal:
         """Mark a pending step ``skipped`` with its reason, with ``step_skipped``."""
         ts = now()
         with self._write() as c:
+            self._guard(c, run_id)
             c.execute(
                 "UPDATE steps SET status = 'skipped', skip_reason = ?, finished_at = ?, "
                 "error_json = ? WHERE run_id = ? AND step_id = ? AND status = 'pending'",
@@ -241,12 +301,175 @@ class Journal:
 
     def step_retried(self, run_id: str, step_id: str, attempt: int, error: dict[str, Any],
                      delay: float) -> None:
-        """Journal a failed attempt that will be retried (``step_retried``)."""
+        """Journal a failed attempt that will be retried (``step_retried``).
+
+        The step goes back to ``pending`` and its key is released: the failed call's
+        outcome is known, and the next attempt writes its own dispatch record.
+        """
         with self._write() as c:
+            self._guard(c, run_id)
+            row = c.execute("SELECT idempotency_key FROM steps WHERE run_id = ? AND "
+                            "step_id = ?", (run_id, step_id)).fetchone()
+            c.execute("UPDATE steps SET status = 'pending', error_json = ? WHERE run_id = ? "
+                      "AND step_id = ? AND status = 'running'",
+                      (dumps({k: v for k, v in error.items() if k != "traceback"}), run_id,
+                       step_id))
+            if row and row[0]:
+                c.execute("DELETE FROM idempotency_keys WHERE key = ?", (row[0],))
             self._event(c, run_id, "step_retried", step_id=step_id,
                         data={"attempt": attempt, "error": {
                             k: v for k, v in error.items() if k != "traceback"},
                             "backoff_s": delay})
+
+    def step_replayed(self, run_id: str, step_id: str, output: Any, key: str | None,
+                      source: str) -> None:
+        """A pending step whose key already succeeded: reuse the output, no call."""
+        ts = now()
+        with self._write() as c:
+            self._guard(c, run_id)
+            c.execute(
+                "UPDATE steps SET status = 'succeeded', output_json = ?, replayed = 1, "
+                "idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ? "
+                "WHERE run_id = ? AND step_id = ? AND status = 'pending'",
+                (dumps(output), key, ts, ts, run_id, step_id))
+            self._event(c, run_id, "step_replayed", step_id=step_id,
+                        data={"source": source}, ts=ts)
+
+    # --- leases, resume, resolve ------------------------------------------------------------
+
+    def take_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL_S) -> None:
+        """Take the run's lease for ``owner`` (SPEC §7 "Leases").
+
+        A lease held by a live process is refused; a dead holder (same host, pid gone) or
+        an expired lease is taken over.
+
+        Raises:
+            RunError: ``run_busy`` (exit 5).
+        """
+        with self._write() as c:
+            row = c.execute("SELECT lease_owner, lease_expires FROM runs WHERE run_id = ?",
+                            (run_id,)).fetchone()
+            if row is None:
+                raise RunError(f"no run {run_id!r}", code="unknown_run")
+            holder, expires = row
+            if holder and holder != owner:
+                alive = holder_alive(holder)
+                expired = expires is not None and expires < time.time()
+                if alive is True or (alive is None and not expired):
+                    where = "" if alive else " on another host"
+                    raise RunError(
+                        f"run {run_id} is being driven by another process{where} "
+                        f"({holder}); its lease expires in "
+                        f"{max(0, (expires or 0) - time.time()):.0f} s",
+                        code="run_busy",
+                        hint="Wait for it to finish; if that process is gone for good "
+                        f"(another host), `planrun unlock {run_id}` releases the lease.")
+            c.execute("UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE run_id = ?",
+                      (owner, time.time() + ttl, run_id))
+        self.owner = owner
+
+    def renew_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL_S) -> bool:
+        """Extend ``owner``'s lease; False when it no longer holds it."""
+        with self._write() as c:
+            cur = c.execute("UPDATE runs SET lease_expires = ? WHERE run_id = ? "
+                            "AND lease_owner = ?", (time.time() + ttl, run_id, owner))
+            return bool(cur.rowcount == 1)
+
+    def release_lease(self, run_id: str, owner: str | None = None) -> str | None:
+        """Clear the lease (only ``owner``'s when given); returns who held it."""
+        with self._write() as c:
+            row = c.execute("SELECT lease_owner FROM runs WHERE run_id = ?",
+                            (run_id,)).fetchone()
+            holder = row[0] if row else None
+            if owner is None or holder == owner:
+                c.execute("UPDATE runs SET lease_owner = NULL, lease_expires = NULL "
+                          "WHERE run_id = ?", (run_id,))
+        if self.owner == owner:
+            self.owner = None
+        return holder if holder is None else str(holder)
+
+    def mark_indeterminate(self, run_id: str, step_ids: list[str], message: str) -> None:
+        """Steps left ``running`` by a dead process become ``indeterminate``."""
+        ts = now()
+        with self._write() as c:
+            self._guard(c, run_id)
+            for sid in step_ids:
+                c.execute("UPDATE steps SET status = 'indeterminate', error_json = ?, "
+                          "finished_at = ? WHERE run_id = ? AND step_id = ? "
+                          "AND status = 'running'",
+                          (dumps({"code": "indeterminate", "message": message}), ts, run_id,
+                           sid))
+
+    def begin_resume(self, run_id: str, replayed: list[str], data: Any) -> None:
+        """Mark the run ``running`` again, its succeeded steps replayed, ``run_resumed``."""
+        ts = now()
+        with self._write() as c:
+            self._guard(c, run_id)
+            c.execute("UPDATE runs SET status = 'running', finished_at = NULL "
+                      "WHERE run_id = ?", (run_id,))
+            self._event(c, run_id, "run_resumed", data=data, ts=ts)
+            for sid in replayed:
+                c.execute("UPDATE steps SET replayed = 1 WHERE run_id = ? AND step_id = ?",
+                          (run_id, sid))
+                self._event(c, run_id, "step_replayed", step_id=sid,
+                            data={"source": "journal"}, ts=ts)
+
+    def resolve_step(self, run_id: str, step_id: str, *, succeeded: bool, output: Any,
+                     reason: str | None, decided_by: str) -> None:
+        """Settle an indeterminate step by a person's word (``indeterminate_resolved``)."""
+        ts = now()
+        status = "succeeded" if succeeded else "failed"
+        error = None if succeeded else {"code": "resolved_failed",
+                                        "message": reason or f"resolved as failed by "
+                                        f"{decided_by}"}
+        with self._write() as c:
+            self._guard(c, run_id)
+            row = c.execute("SELECT status, idempotency_key FROM steps WHERE run_id = ? "
+                            "AND step_id = ?", (run_id, step_id)).fetchone()
+            if row is None:
+                raise RunError(f"run {run_id} has no step {step_id!r}", code="unknown_step")
+            if row[0] not in ("indeterminate", "running"):
+                raise RunError(f"step {step_id!r} of run {run_id} is {row[0]}, not "
+                               "indeterminate; only indeterminate steps are resolved",
+                               code="not_indeterminate")
+            c.execute("UPDATE steps SET status = ?, output_json = ?, error_json = ?, "
+                      "finished_at = ? WHERE run_id = ? AND step_id = ?",
+                      (status, dumps(output) if succeeded else None,
+                       None if error is None else dumps(error), ts, run_id, step_id))
+            key = row[1]
+            if key is not None:
+                if succeeded:
+                    c.execute("UPDATE idempotency_keys SET status = 'succeeded', "
+                              "output_json = ?, finished_at = ? WHERE key = ?",
+                              (dumps(output), ts, key))
+                else:
+                    c.execute("DELETE FROM idempotency_keys WHERE key = ?", (key,))
+            self._event(c, run_id, "indeterminate_resolved", step_id=step_id, ts=ts,
+                        data={"status": status, "decided_by": decided_by, "reason": reason})
+
+    def latest_resumable(self) -> str | None:
+        """The most recent run that is ``interrupted`` or ``running``, if any."""
+        if self.conn is None:
+            return None
+        row = self.conn.execute(
+            "SELECT run_id FROM runs WHERE status IN ('interrupted', 'running') "
+            "ORDER BY created_at DESC, rowid DESC LIMIT 1").fetchone()
+        return None if row is None else str(row[0])
+
+    def copy_succeeded(self, parent: str, child: str, step_ids: list[str]) -> None:
+        """A retry's inherited steps: succeeded in ``parent``, replayed in ``child``."""
+        ts = now()
+        with self._write() as c:
+            for sid in step_ids:
+                c.execute(
+                    "UPDATE steps SET status = 'succeeded', replayed = 1, "
+                    "(output_json, idempotency_key, attempts, started_at, finished_at, "
+                    "approved_by) = (SELECT output_json, idempotency_key, attempts, "
+                    "started_at, finished_at, approved_by FROM steps p "
+                    "WHERE p.run_id = ? AND p.step_id = ?) "
+                    "WHERE run_id = ? AND step_id = ?", (parent, sid, child, sid))
+                self._event(c, child, "step_replayed", step_id=sid,
+                            data={"source": parent}, ts=ts)
 
     def succeeded_key(self, key: str) -> Any:
         """(True, output) when ``key`` is recorded as succeeded, else (False, None)."""

@@ -1,0 +1,363 @@
+"""After a run dies: resume, explain, resolve, retry, unlock (SPEC §7).
+
+``resume`` reloads the plan **from the journal** (never the edited file), revalidates it
+against the current registry, takes the run's lease, replays succeeded steps and runs the
+rest. A step left ``running`` by a crash has an unknown effect: it runs again under the
+same idempotency key only if its tool is ``idempotent``; otherwise resume stops with
+``indeterminate`` (exit 5) until a person settles it with ``planrun resolve``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import runner
+from .approval import request_for, user_name
+from .errors import Refused, RunError, UsageError
+from .executor import StepState
+from .issues import Report
+from .journal import Journal, dumps, now
+from .journal.store import LEASE_TTL_S, holder_alive, lease_owner, new_run_id
+from .manifest import RESUMABLE
+from .paths import Settings
+from .validation import CheckedPlan, ParamInput
+
+
+def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
+            given: ParamInput | None) -> CheckedPlan:
+    """The journaled plan, revalidated against the current registry and policy.
+
+    Journaled parameter values are reused; secret ones (journaled as ``***``) must be
+    given again (``-p``, ``--params-file``, ``PLANRUN_PARAM_<NAME>``).
+
+    Raises:
+        Refused: the plan no longer fits (the ordinary report codes, exit 3).
+    """
+    from .api import _approval_tools, load_registry
+    from .loading import DocumentError, parse_text
+    from .validation import check_plan
+
+    registry = load_registry(settings)
+    shown = f"journal:{row['run_id']} ({row['plan_file']})"
+    try:
+        doc = parse_text(json.dumps(json.loads(row["plan_json"]), indent=2), kind="json",
+                         file=shown)
+    except DocumentError as exc:  # pragma: no cover - we wrote it
+        raise Refused("the journaled plan cannot be read", report=Report(
+            issues=exc.issues)) from None
+    values = {k: v for k, v in json.loads(row["params_json"]).items()
+              if v != runner.SECRET_MASK}
+    given = given or ParamInput()
+    merged = ParamInput(cli=dict(given.cli), env=dict(given.env),
+                        file_values={**values, **given.file_values})
+    report, plan = check_plan(doc, registry, settings, merged, concrete=True,
+                              name_hint=row["plan_name"],
+                              approval_tools=_approval_tools(settings))
+    if plan is None:
+        journal.add_event(row["run_id"], "plan_refused",
+                          data={"issues": [i.to_json() for i in report.issues],
+                                "during": "resume"})
+        raise Refused(f"run {row['run_id']}'s plan no longer passes validation",
+                      code=report.issues[0].code if report.issues else "refused",
+                      report=Report(plans=[report]))
+    return plan
+
+
+@dataclass
+class Analysis:
+    """What resume would do with each step of a run."""
+
+    state: dict[str, StepState]
+    replay: list[str]
+    rerun: list[str]
+    blocked: list[str]
+    explain: list[dict[str, Any]]
+
+
+def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
+            contracts: dict[str, Any]) -> Analysis:
+    """Decide, per journaled step, what resume does (pure; changes nothing).
+
+    ``contracts`` are the journaled contracts (used for ``idempotent`` when the plan could
+    not be revalidated); the current registry wins when ``plan`` is given.
+    """
+    state: dict[str, StepState] = {}
+    replay: list[str] = []
+    rerun: list[str] = []
+    blocked: list[str] = []
+    explain: list[dict[str, Any]] = []
+    for r in rows:
+        sid, st = r["step_id"], r["status"]
+        tool = plan.by_id[sid].tool if plan and sid in plan.by_id else None
+        idempotent = tool.entry.idempotent if tool else bool(
+            (contracts.get(r["tool"]) or {}).get("idempotent"))
+        if st == "succeeded":
+            state[sid] = StepState("succeeded", json.loads(r["output_json"] or "null"))
+            replay.append(sid)
+            action, why = "replay", f"succeeded at {r['finished_at']}"
+        elif st in ("running", "indeterminate"):
+            was = "running at crash" if st == "running" else "indeterminate"
+            if idempotent:
+                state[sid] = StepState("pending")
+                rerun.append(sid)
+                action, why = "run", f"{was}, tool {r['tool']!r} is idempotent (same key)"
+            else:
+                state[sid] = StepState("indeterminate")
+                blocked.append(sid)
+                action, why = "stop", (f"indeterminate: {was}, tool {r['tool']!r} is not "
+                                       "idempotent; settle it with planrun resolve")
+        elif st == "pending":
+            state[sid] = StepState("pending")
+            action, why = "run", "never dispatched"
+        else:
+            state[sid] = StepState(st, reason=r["skip_reason"])
+            action = "keep"
+            why = st if st != "skipped" else f"skipped ({r['skip_reason']})"
+        explain.append({"step": sid, "tool": r["tool"], "status": st, "action": action,
+                        "why": why})
+    return Analysis(state, replay, rerun, blocked, explain)
+
+
+def _resumable_run(journal: Journal, ref: str | None) -> dict[str, Any]:
+    if ref is None:
+        run_id = journal.latest_resumable()
+        if run_id is None:
+            raise RunError("there is no interrupted or running run to resume",
+                           code="run_not_resumable", hint="List runs with `planrun runs`.")
+    else:
+        run_id = journal.resolve_run_id(ref)
+    row = journal.run_row(run_id)
+    if row["status"] not in RESUMABLE:
+        hint = (f"Start a child run that re-runs the failed steps: planrun retry {run_id}"
+                if row["status"] == "failed" else "Start a new run with planrun execute.")
+        raise RunError(f"run {run_id} is {row['status']}; only an interrupted or running "
+                       "run can be resumed", code="run_not_resumable", hint=hint)
+    return row
+
+
+def _indeterminate_error(run_id: str, blocked: list[str]) -> RunError:
+    cmds = "; ".join(f"planrun resolve {run_id} {sid} --succeeded [--output JSON] | "
+                     "--failed [--reason TEXT]" for sid in blocked)
+    return RunError(
+        f"run {run_id}: step(s) {', '.join(blocked)} were running when the run died and "
+        "their tools are not idempotent, so their effect is unknown; resume will not call "
+        "them again on its own", code="indeterminate",
+        hint=f"Check what happened, then settle each: {cmds}; then planrun resume {run_id}.",
+        details={"steps": blocked})
+
+
+def resume(settings: Settings, ref: str | None, given: ParamInput | None = None, *,
+           approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
+           max_parallel: int | None = None, keep_going: bool | None = None,
+           progress: Any = None) -> dict[str, Any]:
+    """Continue an interrupted run (SPEC §7 "planrun resume").
+
+    Raises:
+        RunError: ``unknown_run``, ``run_not_resumable``, ``run_busy``, ``indeterminate``
+            (exit 5).
+        Refused: the journaled plan no longer passes validation (exit 3).
+        ApprovalError: a step that still needs clearance was not cleared (exit 4); the run
+            stays resumable.
+    """
+    owner = lease_owner()
+    with Journal(settings.journal, write=True) as journal:
+        row = _resumable_run(journal, ref)
+        run_id = row["run_id"]
+        journal.take_lease(run_id, owner)
+        try:
+            plan = _replan(journal, settings, row, given)
+            if approve:
+                unknown = [s for s in approve if s not in plan.by_id]
+                if unknown:
+                    raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step")
+            found = analyse(journal.step_rows(run_id), plan,
+                            json.loads(row["contracts_json"]))
+            if found.blocked:
+                journal.mark_indeterminate(run_id, found.blocked,
+                                           "running when the run died; effect unknown")
+                raise _indeterminate_error(run_id, found.blocked)
+            to_run = {sid for sid, st in found.state.items() if st.status == "pending"}
+            requests = _missing_approvals(journal, run_id, plan, to_run)
+            if requests:
+                runner.clear_approvals(journal, run_id, requests, set(approve or []),
+                                       approve_all, approver, on_deny=None)
+            options = json.loads(row["options_json"] or "{}")
+            parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
+            going = options.get("keep_going", False) if keep_going is None else keep_going
+            journal.begin_resume(run_id, found.replay, {
+                "by": owner, "replayed": len(found.replay), "rerun": found.rerun})
+        except BaseException:
+            journal.release_lease(run_id, owner)
+            raise
+        return runner.drive(journal, settings, plan, run_id=run_id,
+                            root_run_id=row["root_run_id"], owner=owner,
+                            max_parallel=int(parallel), keep_going=bool(going),
+                            state=found.state, progress=progress)
+
+
+def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
+                       to_run: set[str]) -> list[Any]:
+    """Requests for steps about to run that have no granted decision with the same digest."""
+    granted = {(a["step_id"], a["digest"]) for a in journal.approvals(run_id)
+               if a["granted"]}
+    out = []
+    for step in plan.steps:
+        if step.approval_reason and step.id in to_run:
+            req = request_for(step)
+            if (step.id, req.digest) not in granted:
+                out.append(req)
+    return out
+
+
+def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
+            ) -> dict[str, Any]:
+    """What ``resume`` would do, per step, and why; changes nothing."""
+    with Journal(settings.journal, write=False) as journal:
+        if journal.conn is None:
+            raise RunError("the journal is empty; there is no run to resume",
+                           code="run_not_resumable")
+        row = _resumable_run(journal, ref)
+        run_id = row["run_id"]
+        problems = None
+        plan = None
+        try:
+            from .api import _approval_tools, load_registry
+            from .loading import parse_text
+            from .validation import check_plan
+
+            registry = load_registry(settings)
+            doc = parse_text(json.dumps(json.loads(row["plan_json"]), indent=2), kind="json",
+                             file=f"journal:{run_id}")
+            values = {k: v for k, v in json.loads(row["params_json"]).items()
+                      if v != runner.SECRET_MASK}
+            g = given or ParamInput()
+            report, plan = check_plan(doc, registry, settings, ParamInput(
+                cli=g.cli, env=g.env, file_values={**values, **g.file_values}),
+                concrete=True, approval_tools=_approval_tools(settings))
+            if plan is None:
+                problems = [i.to_json() for i in report.issues]
+        except Refused as exc:
+            problems = [i.to_json() for i in exc.report.all_issues()] if isinstance(
+                exc.report, Report) else [{"code": exc.code, "message": exc.message}]
+        found = analyse(journal.step_rows(run_id), plan, json.loads(row["contracts_json"]))
+        holder = row["lease_owner"]
+        lease = None
+        if holder:
+            alive = holder_alive(holder)
+            lease = {"owner": holder, "alive": alive,
+                     "expires_in_s": round((row["lease_expires"] or 0) - time.time(), 1)}
+        return {"run_id": run_id, "status": row["status"], "lease": lease,
+                "revalidation": {"ok": problems is None, "issues": problems or []},
+                "would_stop": bool(found.blocked) or problems is not None,
+                "steps": found.explain}
+
+
+def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
+            output: str | None, reason: str | None) -> dict[str, Any]:
+    """Settle an indeterminate step by a person's word (``indeterminate_resolved``).
+
+    Raises:
+        UsageError: ``--output`` is not JSON (exit 2).
+        RunError: ``unknown_run``, ``run_busy``, or the step is not indeterminate (exit 5).
+    """
+    value = None
+    if output is not None:
+        if not succeeded:
+            raise UsageError("--output goes with --succeeded")
+        try:
+            value = json.loads(output)
+        except ValueError as exc:
+            raise UsageError(f"--output is not valid JSON: {exc}") from None
+    owner = lease_owner()
+    with Journal(settings.journal, write=True) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        journal.take_lease(run_id, owner)
+        try:
+            journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
+                                 reason=reason, decided_by=user_name())
+        finally:
+            journal.release_lease(run_id, owner)
+        from . import manifest
+
+        return manifest.build(journal, run_id)
+
+
+def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
+          approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
+          max_parallel: int | None = None, keep_going: bool = False,
+          progress: Any = None) -> dict[str, Any]:
+    """Start a child run of a failed run that inherits its succeeded steps (SPEC §7).
+
+    Raises:
+        RunError: ``unknown_run``, ``run_not_resumable`` (the run is not failed),
+            ``run_busy`` (exit 5).
+        Refused: the journaled plan no longer passes validation (exit 3).
+        ApprovalError: a step to run again was not cleared (exit 4).
+    """
+    owner = lease_owner()
+    with Journal(settings.journal, write=True) as journal:
+        parent_id = journal.resolve_run_id(run_ref)
+        row = journal.run_row(parent_id)
+        if row["status"] != "failed":
+            hint = (f"Use planrun resume {parent_id}." if row["status"] in RESUMABLE
+                    else "Start a new run with planrun execute.")
+            raise RunError(f"run {parent_id} is {row['status']}; only a failed run is "
+                           "retried", code="run_not_resumable", hint=hint)
+        journal.take_lease(parent_id, owner)
+        journal.release_lease(parent_id, owner)
+        plan = _replan(journal, settings, row, given)
+        parent_rows = journal.step_rows(parent_id)
+        inherited = [r["step_id"] for r in parent_rows if r["status"] == "succeeded"
+                     and r["step_id"] in plan.by_id]
+        child = new_run_id()
+        options = json.loads(row["options_json"] or "{}")
+        parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
+        journal.create_run(run={
+            "run_id": child, "root_run_id": row["root_run_id"], "parent_run_id": parent_id,
+            "plan_name": row["plan_name"], "plan_file": row["plan_file"],
+            "plan_json": row["plan_json"], "digest": row["digest"],
+            "revision": row["revision"], "goal": row["goal"],
+            "params_json": dumps(runner.masked_params(plan)),
+            "contracts_json": dumps(runner.contracts(plan)),
+            "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going}),
+            "status": "running", "created_at": now(), "lease_owner": owner,
+            "lease_expires": time.time() + LEASE_TTL_S,
+        }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
+            event_data={"plan": plan.name, "retry_of": parent_id})
+        journal.owner = owner
+        journal.copy_succeeded(parent_id, child, inherited)
+        state = {sid: StepState("succeeded", json.loads(r["output_json"] or "null"))
+                 for r in parent_rows if (sid := r["step_id"]) in inherited}
+        to_run = set(plan.by_id) - set(inherited)
+        requests = [request_for(s) for s in plan.steps
+                    if s.approval_reason and s.id in to_run]
+        if requests:
+            runner.clear_approvals(journal, child, requests, set(approve or []), approve_all,
+                                   approver, on_deny="denied")
+        return runner.drive(journal, settings, plan, run_id=child,
+                            root_run_id=row["root_run_id"], owner=owner,
+                            max_parallel=int(parallel), keep_going=keep_going, state=state,
+                            progress=progress)
+
+
+def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
+    """Release a run's lease whose holder cannot be proven dead automatically.
+
+    Returns ``{"run_id", "released", "owner"}``.
+
+    Raises:
+        RunError: ``run_busy`` when the holder is a live process on this host (exit 5).
+    """
+    with Journal(settings.journal, write=True) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        row = journal.run_row(run_id)
+        holder = row["lease_owner"]
+        if holder and holder_alive(holder) is True:
+            raise RunError(f"run {run_id}'s lease is held by a live process on this host "
+                           f"({holder})", code="run_busy",
+                           hint="Stop that process (Ctrl-C or SIGTERM) instead.")
+        journal.release_lease(run_id)
+        return {"run_id": run_id, "released": holder is not None, "owner": holder}

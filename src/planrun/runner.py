@@ -1,0 +1,121 @@
+"""Driving a journaled run: clearing approvals and running the executor to its end.
+
+Shared by ``execute``, ``resume`` and ``retry`` (SPEC §5, §6) so that they end the same
+way, with the same manifest and exit statuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .approval import ApprovalRequest, Decision, clear
+from .errors import EXIT_SIGINT, ApprovalError
+from .journal import Journal
+from .params import UNKNOWN
+from .paths import Settings
+from .validation import CheckedPlan
+
+SECRET_MASK = "***"
+
+
+def masked_params(plan: CheckedPlan) -> dict[str, Any]:
+    """Parameter values as journaled and printed: secrets replaced by ``***``."""
+    return {k: (SECRET_MASK if k in plan.secret_params else (None if v is UNKNOWN else v))
+            for k, v in plan.params.items()}
+
+
+def contracts(plan: CheckedPlan) -> dict[str, Any]:
+    """The contracts of the tools a plan uses, as journaled with the run."""
+    out: dict[str, Any] = {}
+    for s in plan.steps:
+        t = s.tool
+        out[t.name] = {
+            "kind": t.kind, "contract": t.contract, "irreversible": t.entry.irreversible,
+            "idempotent": t.entry.idempotent, "key_arguments": t.entry.key_arguments,
+            "command": t.entry.command, "python": t.entry.python,
+        }
+    return out
+
+
+def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRequest],
+                    approve: set[str], approve_all: bool, approver: Any,
+                    *, on_deny: str | None) -> None:
+    """Clear every request (journaling each decision) or raise :class:`ApprovalError`.
+
+    Args:
+        journal: the journal (its ``owner`` holds the run's lease).
+        run_id: the run.
+        requests: the steps to clear.
+        approve: step ids given with ``--approve``.
+        approve_all: ``--approve-all``.
+        approver: asks a person on a terminal, or None.
+        on_deny: the run status to set on a denial (``denied`` for a new run), or None to
+            leave the run's status as it is (a resume stays resumable).
+
+    Raises:
+        ApprovalError: ``approval_required`` (nobody to ask) or ``approval_denied``.
+    """
+    for r in requests:
+        journal.add_event(run_id, "approval_required", step_id=r.step_id,
+                          data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
+    by_step = {r.step_id: r for r in requests}
+    try:
+        decisions = clear(requests, approve=approve, approve_all=approve_all,
+                          approver=approver)
+    except ApprovalError as exc:
+        for d in exc.details or []:
+            record_decision(journal, run_id, by_step[d.step_id], d)
+        _deny(journal, run_id, on_deny, "approval_required")
+        raise
+    for d in decisions:
+        record_decision(journal, run_id, by_step[d.step_id], d)
+    denied = [d for d in decisions if not d.granted]
+    asked = {d.step_id for d in decisions}
+    missing = [r.step_id for r in requests if r.step_id not in asked]
+    if denied or missing:
+        _deny(journal, run_id, on_deny, "approval_denied")
+        d = denied[0] if denied else None
+        why = f" ({d.reason})" if d and d.reason else ""
+        step = d.step_id if d else missing[0]
+        raise ApprovalError(f"step {step!r} was not approved{why}; nothing ran",
+                            code="approval_denied",
+                            hint=f"Run again and answer y, or pass --approve {step}.")
+
+
+def _deny(journal: Journal, run_id: str, on_deny: str | None, reason: str) -> None:
+    if on_deny is not None:
+        journal.finish_run(run_id, on_deny, {"reason": reason})
+
+
+def record_decision(journal: Journal, run_id: str, request: ApprovalRequest,
+                    d: Decision) -> None:
+    """Journal one decision (who, how, the digest of the arguments it is bound to)."""
+    journal.record_approval(run_id=run_id, step_id=d.step_id, tool=request.tool,
+                            digest=request.digest, granted=d.granted, decided_by=d.decided_by,
+                            method=d.method, reason=d.reason)
+
+
+def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,
+          root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
+          state: dict[str, Any] | None = None, progress: Any = None) -> dict[str, Any]:
+    """Run the run's pending steps to the end, record its status, return its manifest.
+
+    The manifest carries two private keys for the CLI: ``_exit`` (130/143 when
+    interrupted) and ``_abandoned_calls`` (python calls left running in threads).
+    """
+    from . import manifest
+    from .executor import Executor
+
+    executor = Executor(journal=journal, plan=plan, run_id=run_id, root_run_id=root_run_id,
+                        project=settings.project, max_parallel=max_parallel,
+                        keep_going=keep_going, progress=progress, owner=owner,
+                        state=state or {})
+    status = executor.run()
+    journal.finish_run(run_id, status)
+    result = manifest.build(journal, run_id)
+    if status == "interrupted":
+        result["_exit"] = executor.signal_exit or EXIT_SIGINT
+    if executor.abandoned:
+        result["_abandoned_calls"] = executor.abandoned
+    return result
