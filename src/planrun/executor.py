@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import graphlib
 import heapq
+import json
 import os
 import signal
 import sys
@@ -35,11 +36,14 @@ Progress = Callable[[str, str, dict[str, Any]], None]
 #: Seconds running calls get to finish after the first SIGINT/SIGTERM (SPEC §5).
 GRACE_S = 10.0
 #: Test-only seam: ``PLANRUN_TEST_CRASH=POINT:STEP[,POINT:STEP...]`` makes the process
-#: SIGKILL itself at a named point of a step, so crash tests are deterministic.
+#: SIGKILL itself at a named point of a step (``STEP#N``: of fan-out item N), so crash
+#: tests are deterministic.
 #: POINT is ``dispatch`` (after the dispatch record commits), ``call`` (after the tool
 #: returned, before the outcome record) or ``outcome`` (after the outcome record commits).
 CRASH_ENV = "PLANRUN_TEST_CRASH"
 CRASH_POINTS = ("dispatch", "call", "outcome")
+#: Default bound on fan-out items (SPEC §3 ``max_items``).
+MAX_ITEMS = 10_000
 
 
 def _crash_points() -> frozenset[tuple[str, str]]:
@@ -62,6 +66,21 @@ def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int
     args = {k: arguments.get(k) for k in keys} if keys is not None else arguments
     return digest({"plan": plan, "root_run_id": root_run_id, "step": step.id, "item": item,
                    "tool": step.tool.name, "arguments": args})
+
+
+def _listing(indices: list[int], most: int = 10) -> str:
+    shown = ", ".join(map(str, indices[:most]))
+    return shown + (f" and {len(indices) - most} more" if len(indices) > most else "")
+
+
+@dataclass
+class Outcome:
+    """How one call (or a replay, or a failure before the call) ended."""
+
+    status: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+    replayed: bool = False
 
 
 @dataclass
@@ -127,8 +146,9 @@ class Executor:
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
         return "failed" if bad else "completed"
 
-    def _crash_at(self, point: str, sid: str) -> None:
-        if self._crash and (point, sid) in self._crash:
+    def _crash_at(self, point: str, sid: str, item: int | None = None) -> None:
+        if self._crash and ((point, sid) in self._crash
+                            or (item is not None and (point, f"{sid}#{item}") in self._crash)):
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -254,13 +274,25 @@ class Executor:
             raise ResolveError(f"unexpected placeholder {ref.source()}")
         return lookup
 
-    def _fail_now(self, step: CheckedStep, code: str, message: str) -> None:
+    def _fail_now(self, step: CheckedStep, code: str, message: str,
+                  expect: str = "pending") -> None:
         """Fail a step before its tool is called (no dispatch record)."""
         self.journal.step_finished(self.run_id, step.id, status="failed", key=None,
-                                   error={"code": code, "message": message}, expect="pending")
+                                   error={"code": code, "message": message}, expect=expect)
         self.state[step.id].status = "failed"
         self._emit("failed", step.id, error={"code": code, "message": message})
         self._stop(step.id, "failed")
+
+    def _settle(self, step: CheckedStep, outcome: Outcome) -> None:
+        """Record a plain step's outcome in memory (the journal already has it)."""
+        st = self.state[step.id]
+        st.status = outcome.status
+        if outcome.status == "succeeded":
+            st.output = outcome.output
+            self._emit("replayed" if outcome.replayed else "succeeded", step.id)
+        elif outcome.status in ("failed", "indeterminate"):
+            self._emit(outcome.status, step.id, error=outcome.error)
+            self._stop(step.id, "timed out" if outcome.status == "indeterminate" else "failed")
 
     async def _run_step(self, step: CheckedStep) -> None:
         try:
@@ -285,54 +317,161 @@ class Executor:
                 self._skip(step.id, "condition", f"when is false: {step.when}")
                 return
         if step.for_each is not None:
-            self._fail_now(step, "unsupported", "for_each fan-out is not supported yet")
+            await self._fan_out(step)
             return
-        try:
-            arguments = resolve(step.arguments, self._lookup(step))
-        except ResolveError as exc:
-            self._fail_now(step, "reference", str(exc))
+        prepared = self._prepare(step, self._lookup(step), None)
+        if isinstance(prepared, Outcome):
+            if prepared.status == "failed":
+                assert prepared.error is not None
+                self._fail_now(step, prepared.error["code"], prepared.error["message"])
+            else:
+                self._settle(step, prepared)
             return
-        from .validation import argument_problems
-
-        problems = argument_problems(step.tool, arguments)
-        if problems:
-            self._fail_now(step, "arguments", "; ".join(
-                f"{p or '/'}: {m}" for p, m, _k in problems))
-            return
-        key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
-                              item=None, arguments=arguments)
-        done, output = self.journal.succeeded_key(key)
-        if done:
-            self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key")
-            st = self.state[step.id]
-            st.status, st.output = "succeeded", output
-            self._emit("replayed", step.id)
-            return
+        arguments, key = prepared
         async with self._sem:
             if self.signal_exit is not None:
                 return  # stays pending
             if self.stopping is not None:
                 self._skip(step.id, "stopped", self.stopping)
                 return
-            await self._attempts(step, arguments, key)
+            self._settle(step, await self._attempts(step, arguments, key, None))
 
-    async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str) -> None:
+    def _prepare(self, step: CheckedStep, lookup: Callable[[Ref], Any], item: int | None
+                 ) -> tuple[dict[str, Any], str] | Outcome:
+        """Resolve and check a call's arguments and key.
+
+        Returns an Outcome instead when no call is due (a failure before the call, or a
+        replay of an already-succeeded key).
+        """
+        try:
+            arguments = resolve(step.arguments, lookup)
+        except ResolveError as exc:
+            return Outcome("failed", error={"code": "reference", "message": str(exc)})
+        from .validation import argument_problems
+
+        problems = argument_problems(step.tool, arguments)
+        if problems:
+            return Outcome("failed", error={"code": "arguments", "message": "; ".join(
+                f"{p or '/'}: {m}" for p, m, _k in problems)})
+        key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
+                              item=item, arguments=arguments)
+        done, output = self.journal.succeeded_key(key)
+        if done:
+            self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key",
+                                       item=item)
+            return Outcome("succeeded", output=output, replayed=True)
+        return arguments, key
+
+    async def _fan_out(self, step: CheckedStep) -> None:
+        """One call per item of ``for_each``, each journaled on its own (SPEC §3)."""
+        try:
+            source = resolve(step.for_each, self._lookup(step))
+        except ResolveError as exc:
+            self._fail_now(step, "reference", str(exc))
+            return
+        if not isinstance(source, list):
+            self._fail_now(step, "for_each", f"for_each gave {type(source).__name__}, not a "
+                           "list")
+            return
+        limit = step.raw.get("max_items") or MAX_ITEMS
+        if len(source) > limit:
+            self._fail_now(step, "max_items", f"for_each gave {len(source):,} items, more "
+                           f"than max_items ({limit:,}); nothing was run (never truncated)")
+            return
+        rows = self.journal.fanout_begin(self.run_id, step.id, len(source))
+        self.state[step.id].status = "running"
+        self._emit("started", step.id, items=len(source))
+        results: list[Any] = [None] * len(source)
+        failed: list[tuple[int, dict[str, Any]]] = []
+        unknown: list[int] = []
+        stop_on_error = (step.raw.get("on_item_error") or "fail") == "fail"
+        step_sem = asyncio.Semaphore(step.raw.get("max_parallel") or self.max_parallel)
+        halted = False
+
+        async def one(idx: int, item: Any) -> None:
+            nonlocal halted
+            _i, status, out_json = rows[idx]
+            if status == "succeeded":
+                results[idx] = json.loads(out_json or "null")
+                return
+            if status in ("failed", "skipped"):
+                failed.append((idx, {"code": "failed", "message": "failed earlier"}))
+                return
+            prepared = self._prepare(step, self._lookup(step, item, idx), idx)
+            if isinstance(prepared, Outcome):
+                outcome = prepared
+                if outcome.status == "failed":
+                    self.journal.step_finished(self.run_id, step.id, status="failed",
+                                               key=None, error=outcome.error,
+                                               expect="pending", item=idx)
+            else:
+                async with step_sem, self._sem:
+                    if halted or self.signal_exit is not None or self.stopping is not None:
+                        return  # stays pending
+                    outcome = await self._attempts(step, prepared[0], prepared[1], idx)
+            if outcome.status == "succeeded":
+                results[idx] = outcome.output
+            elif outcome.status == "failed":
+                assert outcome.error is not None
+                failed.append((idx, outcome.error))
+                if stop_on_error:
+                    halted = True
+            elif outcome.status == "indeterminate":
+                unknown.append(idx)
+                halted = True
+
+        await asyncio.gather(*(one(i, it) for i, it in enumerate(source)))
+        st = self.state[step.id]
+        error: dict[str, Any]
+        if unknown:
+            error = {"code": "indeterminate", "message": f"item(s) {_listing(unknown)} have an "
+                     "unknown effect"}
+            self.journal.step_finished(self.run_id, step.id, status="indeterminate", key=None,
+                                       error=error)
+            self._settle(step, Outcome("indeterminate", error=error))
+        elif failed:
+            failed.sort()
+            first = failed[0][1].get("message", "")
+            error = {"code": "items_failed",
+                     "message": f"item(s) {_listing([i for i, _ in failed])} failed; item "
+                     f"{failed[0][0]}: {first}",
+                     "items": [{"index": i, "code": e.get("code"), "message": e.get("message")}
+                               for i, e in failed[:100]]}
+            self.journal.step_finished(self.run_id, step.id, status="failed", key=None,
+                                       error=error)
+            self._settle(step, Outcome("failed", error=error))
+        elif self.signal_exit is not None or self.stopping is not None:
+            st.status = "running"  # items left pending: resume finishes the step
+        else:
+            self.journal.step_finished(self.run_id, step.id, status="succeeded", key=None,
+                                       output=results)
+            self._settle(step, Outcome("succeeded", output=results))
+
+    async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
+                        item: int | None) -> Outcome:
+        """Call the tool until it succeeds or its retries are spent; journal every attempt.
+
+        Record, then call, then record: the dispatch record commits before the call, the
+        outcome after it.
+        """
         policy = step.retries
         max_attempts = int(policy["max_attempts"])
-        st = self.state[step.id]
+        where = step.id if item is None else f"{step.id}#{item}"
+        journal, run_id = self.journal, self.run_id
         attempt = 0
         while True:
             attempt += 1
-            self.journal.step_started(self.run_id, step.id, attempt=attempt, key=key,
-                                      root_run_id=self.root_run_id)
-            st.status = "running"
-            self._emit("started", step.id, attempt=attempt)
-            self._crash_at("dispatch", step.id)
-            ctx = StepContext(run_id=self.run_id, step_id=step.id, item_index=None,
+            journal.step_started(run_id, step.id, attempt=attempt, key=key,
+                                 root_run_id=self.root_run_id, item=item)
+            if item is None:
+                self.state[step.id].status = "running"
+            self._emit("started", where, attempt=attempt)
+            self._crash_at("dispatch", step.id, item)
+            ctx = StepContext(run_id=run_id, step_id=step.id, item_index=item,
                               idempotency_key=key, attempt=attempt)
             try:
                 output = await self._call(step, arguments, ctx)
-                self._crash_at("call", step.id)
+                self._crash_at("call", step.id, item)
                 error = self._check_output(step, output)
             except asyncio.CancelledError:
                 if step.tool.kind == "python":
@@ -341,51 +480,38 @@ class Executor:
                 error = {"code": "interrupted",
                          "message": f"call {how} when the run was interrupted; its effect is "
                          "unknown"}
-                self.journal.step_finished(self.run_id, step.id, status="indeterminate",
-                                           key=None, error=error)
-                st.status = "indeterminate"
-                self._emit("indeterminate", step.id, error=error)
-                return
+                journal.step_finished(run_id, step.id, status="indeterminate", key=None,
+                                      error=error, item=item)
+                return Outcome("indeterminate", error=error)
             except CallTimeout as exc:
                 error = exc.error
-                if not step.tool.entry.idempotent:
-                    if step.tool.kind == "python":
-                        self.abandoned += 1
-                    self.journal.step_finished(self.run_id, step.id, status="indeterminate",
-                                               key=None, error=error)
-                    st.status = "indeterminate"
-                    self._emit("indeterminate", step.id, error=error)
-                    self._stop(step.id, "timed out")
-                    return
                 if step.tool.kind == "python":
                     self.abandoned += 1
+                if not step.tool.entry.idempotent:
+                    journal.step_finished(run_id, step.id, status="indeterminate", key=None,
+                                          error=error, item=item)
+                    return Outcome("indeterminate", error=error)
             except ToolFailure as exc:
                 error = exc.error
             if error is None:
-                self.journal.step_finished(self.run_id, step.id, status="succeeded", key=key,
-                                           output=output)
-                self._crash_at("outcome", step.id)
-                st.status, st.output = "succeeded", output
-                self._emit("succeeded", step.id)
-                return
+                journal.step_finished(run_id, step.id, status="succeeded", key=key,
+                                      output=output, item=item)
+                self._crash_at("outcome", step.id, item)
+                return Outcome("succeeded", output=output)
             codes = policy.get("on_exit_codes")
             retryable = error.get("code") in ("tool_error", "exit_status", "timeout") and (
                 codes is None or error.get("exit_code") in codes)
             if attempt < max_attempts and retryable:
                 delay = float(policy["backoff_s"]) * (2 ** (attempt - 1))
-                # the failed attempt's key is released by the retry's new dispatch record
-                self.journal.step_retried(self.run_id, step.id, attempt, error, delay)
-                self._emit("retried", step.id, attempt=attempt, error=error)
+                journal.step_retried(run_id, step.id, attempt, error, delay, item=item)
+                self._emit("retried", where, attempt=attempt, error=error)
                 if delay:
                     await asyncio.sleep(delay)
                 continue
-            self.journal.step_finished(self.run_id, step.id, status="failed", key=key,
-                                       error=error)
-            self._crash_at("outcome", step.id)
-            st.status = "failed"
-            self._emit("failed", step.id, error=error)
-            self._stop(step.id, "failed")
-            return
+            journal.step_finished(run_id, step.id, status="failed", key=key, error=error,
+                                  item=item)
+            self._crash_at("outcome", step.id, item)
+            return Outcome("failed", error=error)
 
     async def _call(self, step: CheckedStep, arguments: dict[str, Any],
                     ctx: StepContext) -> Any:

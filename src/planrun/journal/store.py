@@ -222,50 +222,72 @@ class Journal:
 
     # --- steps ------------------------------------------------------------------------------
 
+    @staticmethod
+    def _target(run_id: str, step_id: str, item: int | None) -> tuple[str, str, tuple[Any, ...]]:
+        """(table, WHERE clause, its parameters) of a step or one fan-out item."""
+        if item is None:
+            return "steps", "run_id = ? AND step_id = ?", (run_id, step_id)
+        return "items", "run_id = ? AND step_id = ? AND item_index = ?", (run_id, step_id,
+                                                                           item)
+
     def step_started(self, run_id: str, step_id: str, *, attempt: int, key: str,
-                     root_run_id: str) -> str:
-        """The dispatch record: step ``running`` with its key claimed, ``step_started``.
+                     root_run_id: str, item: int | None = None) -> str:
+        """The dispatch record: step (or item) ``running`` with its key claimed.
+
+        Written with its ``step_started`` event in one transaction.
 
         Returns the start time.
+
+        Raises:
+            JournalError: the step is not pending (or left running/indeterminate).
+            LeaseLost: another process holds the run's lease.
         """
         ts = now()
+        table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
             cur = c.execute(
-                "UPDATE steps SET status = 'running', attempts = ?, idempotency_key = ?, "
-                "started_at = COALESCE(started_at, ?), error_json = NULL "
-                "WHERE run_id = ? AND step_id = ? "
+                f"UPDATE {table} SET status = 'running', attempts = ?, idempotency_key = ?, "
+                f"started_at = COALESCE(started_at, ?), error_json = NULL WHERE {where} "
                 "AND status IN ('pending', 'running', 'indeterminate')",
-                (attempt, key, ts, run_id, step_id))
+                (attempt, key, ts, *args))
             if cur.rowcount != 1:
                 raise JournalError(f"step {step_id!r} of run {run_id} is not pending")
             c.execute(
-                "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, status, "
-                "claimed_at) VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT (key) DO UPDATE "
-                "SET run_id = excluded.run_id, status = 'running', "
-                "claimed_at = excluded.claimed_at",
-                (key, root_run_id, run_id, step_id, ts))
-            self._event(c, run_id, "step_started", step_id=step_id,
+                "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
+                "status, claimed_at) VALUES (?, ?, ?, ?, ?, 'running', ?) "
+                "ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, "
+                "status = 'running', claimed_at = excluded.claimed_at",
+                (key, root_run_id, run_id, step_id, item, ts))
+            self._event(c, run_id, "step_started", step_id=step_id, item=item,
                         data={"attempt": attempt, "key": key}, ts=ts)
         return ts
 
     def step_finished(self, run_id: str, step_id: str, *, status: str, key: str | None,
                       output: Any = None, error: dict[str, Any] | None = None,
-                      expect: str = "running", event_data: Any = None) -> str:
-        """The outcome record: ``succeeded`` (with output) or ``failed`` (with error).
+                      expect: str = "running", event_data: Any = None,
+                      item: int | None = None, output_json: str | None = None) -> str:
+        """The outcome record: ``succeeded``, ``failed`` or ``indeterminate``.
 
-        Guarded by the expected current status; the key is kept (succeeded) or released
-        (failed) so that a later attempt really runs.
+        Written with its event in one transaction; ``output`` for a success, ``error``
+        otherwise.
+
+        Guarded by the expected current status; the key is kept (succeeded), released
+        (failed) so that a later attempt really runs, or left claimed (indeterminate).
+        ``output_json`` may give the output already serialised.
         """
         ts = now()
-        out_json = dumps(output) if status == "succeeded" else None
+        out_json = None
+        if status == "succeeded":
+            out_json = output_json if output_json is not None else dumps(output)
+        table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
             cur = c.execute(
-                "UPDATE steps SET status = ?, output_json = ?, error_json = ?, "
-                "finished_at = ? WHERE run_id = ? AND step_id = ? AND status = ?",
-                (status, out_json, None if error is None else dumps(error), ts, run_id,
-                 step_id, expect))
+                f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
+                f"finished_at = ? WHERE {where} AND status = ?",
+                (status, out_json, None if error is None else dumps(error), ts, *args,
+                 expect))
             if cur.rowcount != 1:
                 raise JournalError(f"step {step_id!r} of run {run_id} was not {expect}")
             if key is not None:
@@ -273,7 +295,7 @@ class Journal:
                     c.execute("UPDATE idempotency_keys SET status = 'succeeded', "
                               "output_json = ?, finished_at = ? WHERE key = ?",
                               (out_json, ts, key))
-                else:
+                elif status == "failed":
                     c.execute("DELETE FROM idempotency_keys WHERE key = ?", (key,))
             kind = {"succeeded": "step_succeeded", "failed": "step_failed"}.get(
                 status, f"step_{status}")
@@ -282,7 +304,8 @@ class Journal:
                 data["error"] = {k: v for k, v in error.items() if k != "traceback"}
                 if "traceback" in error:
                     data["traceback"] = error["traceback"]
-            self._event(c, run_id, kind, step_id=step_id, data=data or None, ts=ts)
+            self._event(c, run_id, kind, step_id=step_id, item=item, data=data or None,
+                        ts=ts)
         return ts
 
     def step_skipped(self, run_id: str, step_id: str, reason: str,
@@ -300,40 +323,79 @@ class Journal:
                         data={"reason": reason, "message": message}, ts=ts)
 
     def step_retried(self, run_id: str, step_id: str, attempt: int, error: dict[str, Any],
-                     delay: float) -> None:
+                     delay: float, item: int | None = None) -> None:
         """Journal a failed attempt that will be retried (``step_retried``).
 
-        The step goes back to ``pending`` and its key is released: the failed call's
-        outcome is known, and the next attempt writes its own dispatch record.
+        The step (or item) goes back to ``pending`` and its key is released: the failed
+        call's outcome is known, and the next attempt writes its own dispatch record.
         """
+        table, where, args = self._target(run_id, step_id, item)
+        plain = {k: v for k, v in error.items() if k != "traceback"}
         with self._write() as c:
             self._guard(c, run_id)
-            row = c.execute("SELECT idempotency_key FROM steps WHERE run_id = ? AND "
-                            "step_id = ?", (run_id, step_id)).fetchone()
-            c.execute("UPDATE steps SET status = 'pending', error_json = ? WHERE run_id = ? "
-                      "AND step_id = ? AND status = 'running'",
-                      (dumps({k: v for k, v in error.items() if k != "traceback"}), run_id,
-                       step_id))
+            row = c.execute(f"SELECT idempotency_key FROM {table} WHERE {where}",
+                            args).fetchone()
+            c.execute(f"UPDATE {table} SET status = 'pending', error_json = ? WHERE {where} "
+                      "AND status = 'running'", (dumps(plain), *args))
             if row and row[0]:
                 c.execute("DELETE FROM idempotency_keys WHERE key = ?", (row[0],))
-            self._event(c, run_id, "step_retried", step_id=step_id,
-                        data={"attempt": attempt, "error": {
-                            k: v for k, v in error.items() if k != "traceback"},
-                            "backoff_s": delay})
+            self._event(c, run_id, "step_retried", step_id=step_id, item=item,
+                        data={"attempt": attempt, "error": plain, "backoff_s": delay})
 
     def step_replayed(self, run_id: str, step_id: str, output: Any, key: str | None,
-                      source: str) -> None:
-        """A pending step whose key already succeeded: reuse the output, no call."""
+                      source: str, item: int | None = None) -> None:
+        """A pending step (or item) whose key already succeeded: reuse the output."""
         ts = now()
+        table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
             c.execute(
-                "UPDATE steps SET status = 'succeeded', output_json = ?, replayed = 1, "
+                f"UPDATE {table} SET status = 'succeeded', output_json = ?, replayed = 1, "
                 "idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ? "
-                "WHERE run_id = ? AND step_id = ? AND status = 'pending'",
-                (dumps(output), key, ts, ts, run_id, step_id))
-            self._event(c, run_id, "step_replayed", step_id=step_id,
+                f"WHERE {where} AND status = 'pending'", (dumps(output), key, ts, ts, *args))
+            self._event(c, run_id, "step_replayed", step_id=step_id, item=item,
                         data={"source": source}, ts=ts)
+
+    def fanout_begin(self, run_id: str, step_id: str, count: int) -> list[tuple[int, str,
+                                                                               str | None]]:
+        """Start a fan-out step: the step ``running``, its items journaled ``pending``.
+
+        Items already journaled (a resumed run) are kept. Returns (index, status,
+        output_json) of every item, in order.
+        """
+        ts = now()
+        with self._write() as c:
+            self._guard(c, run_id)
+            c.execute("UPDATE steps SET status = 'running', started_at = COALESCE("
+                      "started_at, ?), error_json = NULL WHERE run_id = ? AND step_id = ? "
+                      "AND status IN ('pending', 'running')", (ts, run_id, step_id))
+            c.executemany("INSERT OR IGNORE INTO items (run_id, step_id, item_index, status) "
+                          "VALUES (?, ?, ?, 'pending')",
+                          ((run_id, step_id, i) for i in range(count)))
+            self._event(c, run_id, "step_started", step_id=step_id,
+                        data={"items": count}, ts=ts)
+        return [(int(i), str(st), out) for i, st, out in c.execute(
+            "SELECT item_index, status, output_json FROM items WHERE run_id = ? AND "
+            "step_id = ? ORDER BY item_index", (run_id, step_id))]
+
+    def item_rows(self, run_id: str, step_id: str) -> list[dict[str, Any]]:
+        """The fan-out items of a step, in order."""
+        cur = self._c().execute("SELECT * FROM items WHERE run_id = ? AND step_id = ? "
+                                "ORDER BY item_index", (run_id, step_id))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def item_counts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per fan-out step: ``{"total", "succeeded", "failed"}`` of its items."""
+        out: dict[str, dict[str, int]] = {}
+        for sid, st, n in self._c().execute(
+                "SELECT step_id, status, COUNT(*) FROM items WHERE run_id = ? "
+                "GROUP BY step_id, status", (run_id,)):
+            d = out.setdefault(sid, {"total": 0, "succeeded": 0, "failed": 0})
+            d["total"] += n
+            if st in d:
+                d[st] += n
+        return out
 
     # --- leases, resume, resolve ------------------------------------------------------------
 
