@@ -6,6 +6,20 @@ the heavy modules (jsonschema, rich, the executor) load only when a command need
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["StepContext", "__version__", "context"]
+
+if TYPE_CHECKING:
+    from .tools import StepContext, context
+
+
+def __getattr__(name: str) -> Any:
+    """Load ``context``/``StepContext`` on first use (keeps ``import planrun`` cheap)."""
+    if name in ("context", "StepContext"):
+        from . import tools
+
+        return getattr(tools, name)
+    raise AttributeError(f"module 'planrun' has no attribute {name!r}")

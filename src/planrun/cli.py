@@ -264,6 +264,8 @@ def resolve(
         metavar="JSON")] = None,
     reason: Annotated[str | None, typer.Option(
         "--reason", help="Why (journaled).", metavar="TEXT")] = None,
+    item: Annotated[int | None, typer.Option(
+        "--item", help="A fan-out item's index.", min=0)] = None,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -278,7 +280,7 @@ def resolve(
         _fail(UsageError("give exactly one of --succeeded or --failed"), verbose)
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
     m = _guard(lambda: lifecycle.resolve(settings, run, step, succeeded=succeeded,
-                                         output=output_json, reason=reason),
+                                         output=output_json, reason=reason, item=item),
                verbose, as_json)
     if as_json:
         ui.print_json(m)

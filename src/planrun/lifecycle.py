@@ -68,32 +68,60 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
 
 @dataclass
 class Analysis:
-    """What resume would do with each step of a run."""
+    """What resume would do with each step of a run.
+
+    ``blocked`` lists (step id, item index or None) whose effect is unknown and whose tool
+    is not idempotent: resume stops on them.
+    """
 
     state: dict[str, StepState]
     replay: list[str]
     rerun: list[str]
-    blocked: list[str]
+    blocked: list[tuple[str, int | None]]
     explain: list[dict[str, Any]]
 
 
 def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
-            contracts: dict[str, Any]) -> Analysis:
-    """Decide, per journaled step, what resume does (pure; changes nothing).
+            contracts: dict[str, Any],
+            items: dict[str, list[dict[str, Any]]] | None = None) -> Analysis:
+    """Decide, per journaled step (and fan-out item), what resume does; changes nothing.
 
-    ``contracts`` are the journaled contracts (used for ``idempotent`` when the plan could
-    not be revalidated); the current registry wins when ``plan`` is given.
+    Args:
+        rows: the run's step rows.
+        plan: the revalidated plan (its registry decides ``idempotent``), or None.
+        contracts: the journaled contracts (used when ``plan`` is None).
+        items: fan-out item rows per step id, for steps that had started fanning out.
     """
     state: dict[str, StepState] = {}
     replay: list[str] = []
     rerun: list[str] = []
-    blocked: list[str] = []
+    blocked: list[tuple[str, int | None]] = []
     explain: list[dict[str, Any]] = []
     for r in rows:
         sid, st = r["step_id"], r["status"]
         tool = plan.by_id[sid].tool if plan and sid in plan.by_id else None
         idempotent = tool.entry.idempotent if tool else bool(
             (contracts.get(r["tool"]) or {}).get("idempotent"))
+        its = (items or {}).get(sid)
+        if its and st in ("running", "indeterminate"):
+            unknown = [i["item_index"] for i in its if i["status"] in ("running",
+                                                                        "indeterminate")]
+            done = sum(1 for i in its if i["status"] == "succeeded")
+            if unknown and not idempotent:
+                state[sid] = StepState("indeterminate")
+                blocked.extend((sid, i) for i in unknown)
+                action, why = "stop", (f"indeterminate: fan-out item(s) {unknown} were "
+                                       f"running at crash and tool {r['tool']!r} is not "
+                                       "idempotent; settle each with planrun resolve --item")
+            else:
+                state[sid] = StepState("pending")
+                rerun.append(sid)
+                again = f", item(s) {unknown} again (idempotent)" if unknown else ""
+                action, why = "run", (f"fan-out: {done} of {len(its)} items succeeded and "
+                                      f"are replayed; the rest run{again}")
+            explain.append({"step": sid, "tool": r["tool"], "status": st, "action": action,
+                            "why": why})
+            continue
         if st == "succeeded":
             state[sid] = StepState("succeeded", json.loads(r["output_json"] or "null"))
             replay.append(sid)
@@ -106,7 +134,7 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
                 action, why = "run", f"{was}, tool {r['tool']!r} is idempotent (same key)"
             else:
                 state[sid] = StepState("indeterminate")
-                blocked.append(sid)
+                blocked.append((sid, None))
                 action, why = "stop", (f"indeterminate: {was}, tool {r['tool']!r} is not "
                                        "idempotent; settle it with planrun resolve")
         elif st == "pending":
@@ -119,6 +147,17 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
         explain.append({"step": sid, "tool": r["tool"], "status": st, "action": action,
                         "why": why})
     return Analysis(state, replay, rerun, blocked, explain)
+
+
+def _items(journal: Journal, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Item rows of the run's fan-out steps that were started."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in journal.step_rows(run_id):
+        if r["status"] in ("running", "indeterminate"):
+            rows = journal.item_rows(run_id, r["step_id"])
+            if rows:
+                out[r["step_id"]] = rows
+    return out
 
 
 def _resumable_run(journal: Journal, ref: str | None) -> dict[str, Any]:
@@ -138,15 +177,19 @@ def _resumable_run(journal: Journal, ref: str | None) -> dict[str, Any]:
     return row
 
 
-def _indeterminate_error(run_id: str, blocked: list[str]) -> RunError:
-    cmds = "; ".join(f"planrun resolve {run_id} {sid} --succeeded [--output JSON] | "
-                     "--failed [--reason TEXT]" for sid in blocked)
+def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]]) -> RunError:
+    def name(sid: str, item: int | None) -> str:
+        return sid if item is None else f"{sid} --item {item}"
+
+    cmds = "; ".join(f"planrun resolve {run_id} {name(sid, item)} --succeeded "
+                     "[--output JSON] | --failed [--reason TEXT]" for sid, item in blocked)
+    shown = ", ".join(sid if item is None else f"{sid}[{item}]" for sid, item in blocked)
     return RunError(
-        f"run {run_id}: step(s) {', '.join(blocked)} were running when the run died and "
-        "their tools are not idempotent, so their effect is unknown; resume will not call "
-        "them again on its own", code="indeterminate",
+        f"run {run_id}: {shown} were running when the run died and their tools are not "
+        "idempotent, so their effect is unknown; resume will not call them again on its "
+        "own", code="indeterminate",
         hint=f"Check what happened, then settle each: {cmds}; then planrun resume {run_id}.",
-        details={"steps": blocked})
+        details={"steps": [{"step": s, "item": i} for s, i in blocked]})
 
 
 def resume(settings: Settings, ref: str | None, given: ParamInput | None = None, *,
@@ -174,7 +217,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
                 if unknown:
                     raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step")
             found = analyse(journal.step_rows(run_id), plan,
-                            json.loads(row["contracts_json"]))
+                            json.loads(row["contracts_json"]), _items(journal, run_id))
             if found.blocked:
                 journal.mark_indeterminate(run_id, found.blocked,
                                            "running when the run died; effect unknown")
@@ -242,7 +285,8 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         except Refused as exc:
             problems = [i.to_json() for i in exc.report.all_issues()] if isinstance(
                 exc.report, Report) else [{"code": exc.code, "message": exc.message}]
-        found = analyse(journal.step_rows(run_id), plan, json.loads(row["contracts_json"]))
+        found = analyse(journal.step_rows(run_id), plan, json.loads(row["contracts_json"]),
+                        _items(journal, run_id))
         holder = row["lease_owner"]
         lease = None
         if holder:
@@ -256,7 +300,8 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
 
 
 def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
-            output: str | None, reason: str | None) -> dict[str, Any]:
+            output: str | None, reason: str | None, item: int | None = None
+            ) -> dict[str, Any]:
     """Settle an indeterminate step by a person's word (``indeterminate_resolved``).
 
     Raises:
@@ -276,8 +321,11 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
         run_id = journal.resolve_run_id(run_ref)
         journal.take_lease(run_id, owner)
         try:
+            if item is None and journal.item_rows(run_id, step):
+                raise UsageError(f"step {step!r} fans out: resolve its indeterminate items "
+                                 "one by one with --item N")
             journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
-                                 reason=reason, decided_by=user_name())
+                                 reason=reason, decided_by=user_name(), item=item)
         finally:
             journal.release_lease(run_id, owner)
         from . import manifest

@@ -27,6 +27,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     """The manifest object of one run (keys of SPEC §5)."""
     run = journal.run_row(run_id)
     rows = journal.step_rows(run_id)
+    items = journal.item_counts(run_id)
     by_status: dict[str, int] = {}
     steps = []
     for r in rows:
@@ -46,6 +47,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
             "error": {"code": error.get("code"), "message": error.get("message")}
             if error else None,
         }
+        if r["step_id"] in items:
+            step["items"] = items[r["step_id"]]
         steps.append(step)
     status = run["status"]
     resumable = status in RESUMABLE

@@ -6,6 +6,7 @@ way, with the same manifest and exit statuses.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,7 +112,14 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
                         project=settings.project, max_parallel=max_parallel,
                         keep_going=keep_going, progress=progress, owner=owner,
                         state=state or {})
-    status = executor.run()
+    # Python tools run in the project folder, like commands (SPEC §2), so that a relative
+    # path means the same place to every tool of a plan.
+    here = os.getcwd()
+    os.chdir(settings.project)
+    try:
+        status = executor.run()
+    finally:
+        os.chdir(here)
     journal.finish_run(run_id, status)
     result = manifest.build(journal, run_id)
     if status == "interrupted":

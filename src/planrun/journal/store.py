@@ -368,7 +368,8 @@ class Journal:
             self._guard(c, run_id)
             c.execute("UPDATE steps SET status = 'running', started_at = COALESCE("
                       "started_at, ?), error_json = NULL WHERE run_id = ? AND step_id = ? "
-                      "AND status IN ('pending', 'running')", (ts, run_id, step_id))
+                      "AND status IN ('pending', 'running', 'indeterminate')",
+                      (ts, run_id, step_id))
             c.executemany("INSERT OR IGNORE INTO items (run_id, step_id, item_index, status) "
                           "VALUES (?, ?, ?, 'pending')",
                           ((run_id, step_id, i) for i in range(count)))
@@ -450,17 +451,18 @@ class Journal:
             self.owner = None
         return holder if holder is None else str(holder)
 
-    def mark_indeterminate(self, run_id: str, step_ids: list[str], message: str) -> None:
-        """Steps left ``running`` by a dead process become ``indeterminate``."""
+    def mark_indeterminate(self, run_id: str, targets: list[tuple[str, int | None]],
+                           message: str) -> None:
+        """Steps (or items) left ``running`` by a dead process become ``indeterminate``."""
         ts = now()
+        error = dumps({"code": "indeterminate", "message": message})
         with self._write() as c:
             self._guard(c, run_id)
-            for sid in step_ids:
-                c.execute("UPDATE steps SET status = 'indeterminate', error_json = ?, "
-                          "finished_at = ? WHERE run_id = ? AND step_id = ? "
-                          "AND status = 'running'",
-                          (dumps({"code": "indeterminate", "message": message}), ts, run_id,
-                           sid))
+            for sid, item in targets:
+                table, where, args = self._target(run_id, sid, item)
+                c.execute(f"UPDATE {table} SET status = 'indeterminate', error_json = ?, "
+                          f"finished_at = ? WHERE {where} AND status = 'running'",
+                          (error, ts, *args))
 
     def begin_resume(self, run_id: str, replayed: list[str], data: Any) -> None:
         """Mark the run ``running`` again, its succeeded steps replayed, ``run_resumed``."""
@@ -477,27 +479,35 @@ class Journal:
                             data={"source": "journal"}, ts=ts)
 
     def resolve_step(self, run_id: str, step_id: str, *, succeeded: bool, output: Any,
-                     reason: str | None, decided_by: str) -> None:
-        """Settle an indeterminate step by a person's word (``indeterminate_resolved``)."""
+                     reason: str | None, decided_by: str, item: int | None = None) -> None:
+        """Settle an indeterminate step (or fan-out item) by a person's word.
+
+        Journaled with an ``indeterminate_resolved`` event naming who decided.
+
+        Raises:
+            RunError: no such step/item, or it is not indeterminate.
+        """
         ts = now()
+        table, where, args = self._target(run_id, step_id, item)
+        what = f"step {step_id!r}" + (f" item {item}" if item is not None else "")
         status = "succeeded" if succeeded else "failed"
         error = None if succeeded else {"code": "resolved_failed",
                                         "message": reason or f"resolved as failed by "
                                         f"{decided_by}"}
         with self._write() as c:
             self._guard(c, run_id)
-            row = c.execute("SELECT status, idempotency_key FROM steps WHERE run_id = ? "
-                            "AND step_id = ?", (run_id, step_id)).fetchone()
+            row = c.execute(f"SELECT status, idempotency_key FROM {table} WHERE {where}",
+                            args).fetchone()
             if row is None:
-                raise RunError(f"run {run_id} has no step {step_id!r}", code="unknown_step")
+                raise RunError(f"run {run_id} has no {what}", code="unknown_step")
             if row[0] not in ("indeterminate", "running"):
-                raise RunError(f"step {step_id!r} of run {run_id} is {row[0]}, not "
-                               "indeterminate; only indeterminate steps are resolved",
+                raise RunError(f"{what} of run {run_id} is {row[0]}, not indeterminate; "
+                               "only indeterminate steps are resolved",
                                code="not_indeterminate")
-            c.execute("UPDATE steps SET status = ?, output_json = ?, error_json = ?, "
-                      "finished_at = ? WHERE run_id = ? AND step_id = ?",
+            c.execute(f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
+                      f"finished_at = ? WHERE {where}",
                       (status, dumps(output) if succeeded else None,
-                       None if error is None else dumps(error), ts, run_id, step_id))
+                       None if error is None else dumps(error), ts, *args))
             key = row[1]
             if key is not None:
                 if succeeded:
@@ -506,7 +516,7 @@ class Journal:
                               (dumps(output), ts, key))
                 else:
                     c.execute("DELETE FROM idempotency_keys WHERE key = ?", (key,))
-            self._event(c, run_id, "indeterminate_resolved", step_id=step_id, ts=ts,
+            self._event(c, run_id, "indeterminate_resolved", step_id=step_id, item=item, ts=ts,
                         data={"status": status, "decided_by": decided_by, "reason": reason})
 
     def latest_resumable(self) -> str | None:
