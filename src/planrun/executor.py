@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import graphlib
 import heapq
-import json
 import os
 import signal
 import sys
@@ -68,9 +67,45 @@ def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int
                    "tool": step.tool.name, "arguments": args})
 
 
+def _ancestors(plan: CheckedPlan, step: CheckedStep) -> set[str]:
+    out: set[str] = set()
+    frontier = list(step.depends_on)
+    while frontier:
+        sid = frontier.pop()
+        if sid not in out:
+            out.add(sid)
+            frontier.extend(plan.deps.get(sid, ()))
+    return out
+
+
 def _listing(indices: list[int], most: int = 10) -> str:
     shown = ", ".join(map(str, indices[:most]))
     return shown + (f" and {len(indices) - most} more" if len(indices) > most else "")
+
+
+class _Slots:
+    """Acquire semaphores in a fixed order (pool first, then the run's limit)."""
+
+    def __init__(self, sems: list[asyncio.Semaphore]) -> None:
+        self.sems = sems
+        self.held: list[asyncio.Semaphore] = []
+
+    async def __aenter__(self) -> None:
+        try:
+            for sem in self.sems:
+                await sem.acquire()
+                self.held.append(sem)
+        except BaseException:
+            await self.__aexit__()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        while self.held:
+            self.held.pop().release()
+
+
+#: A step output kept in the journal (a fan-out's list), loaded when a reference needs it.
+IN_JOURNAL: Any = object()
 
 
 @dataclass
@@ -107,6 +142,7 @@ class Executor:
         state: known step states (succeeded steps are not run again).
         progress: optional callback ``(kind, step_id, info)`` for display.
         owner: this process's lease owner string (renewed while running), or None.
+        pools: concurrency pools, NAME → most calls at once (``[pools]``).
         grace_s: seconds running calls get after the first SIGINT/SIGTERM.
     """
 
@@ -120,8 +156,10 @@ class Executor:
     state: dict[str, StepState] = field(default_factory=dict)
     progress: Progress | None = None
     owner: str | None = None
+    pools: dict[str, int] = field(default_factory=dict)
     grace_s: float = GRACE_S
     stopping: str | None = None
+    cancel_reason: tuple[str, str] | None = None
     abandoned: int = 0
     signal_exit: int | None = None
 
@@ -168,6 +206,13 @@ class Executor:
             self._emit("cancel", "", running=len(self._running))
             self._cancel_running()
 
+    def _run_timeout(self) -> None:
+        """The plan's whole-run ``timeout`` ran out: stop and cancel what is running."""
+        self.stopping = f"the run's timeout of {self.plan.timeout} s ran out"
+        self.cancel_reason = ("timeout", self.stopping)
+        self._emit("timeout", "", running=len(self._running))
+        self._cancel_running()
+
     def _cancel_running(self) -> None:
         for task in self._running:
             task.cancel()
@@ -188,16 +233,21 @@ class Executor:
     async def _main(self, pool: ThreadPoolExecutor) -> None:
         self._pool = pool
         self._sem = asyncio.Semaphore(self.max_parallel)
+        self._pools = {name: asyncio.Semaphore(n) for name, n in self.pools.items()}
         self._running: dict[asyncio.Task[None], str] = {}
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._on_signal, signum)
         beat = asyncio.create_task(self._heartbeat()) if self.owner else None
+        deadline = (loop.call_later(self.plan.timeout, self._run_timeout)
+                    if self.plan.timeout else None)
         try:
             await self._schedule()
         finally:
             if beat is not None:
                 beat.cancel()
+            if deadline is not None:
+                deadline.cancel()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
 
@@ -222,7 +272,7 @@ class Executor:
                     sorter.done(sid)
                     continue
                 if self.stopping is not None:
-                    self._skip(sid, "stopped", self.stopping)
+                    self._skip(sid, self._stop_reason(), self.stopping)
                     sorter.done(sid)
                     continue
                 task = asyncio.create_task(self._run_step(by_id[sid]))
@@ -257,6 +307,9 @@ class Executor:
         st.status, st.reason = "skipped", reason
         self._emit("skipped", sid, reason=reason, message=message)
 
+    def _stop_reason(self) -> str:
+        return self.cancel_reason[0] if self.cancel_reason else "stopped"
+
     def _stop(self, sid: str, status: str) -> None:
         if not self.keep_going and self.stopping is None:
             self.stopping = f"the run stopped after step {sid!r} {status}"
@@ -265,14 +318,20 @@ class Executor:
                 ) -> Callable[[Ref], Any]:
         def lookup(ref: Ref) -> Any:
             if isinstance(ref, StepRef):
-                st = self.state[ref.step]
-                return dig(st.output, ref.path, f"steps.{ref.step}.output")
+                return dig(self._output(ref.step), ref.path, f"steps.{ref.step}.output")
             if isinstance(ref, ItemRef):
                 return dig(item, ref.path, "item")
             if isinstance(ref, IndexRef):
                 return index
             raise ResolveError(f"unexpected placeholder {ref.source()}")
         return lookup
+
+    def _output(self, sid: str) -> Any:
+        st = self.state[sid]
+        if st.output is IN_JOURNAL:
+            found = self.journal.step_output(self.run_id, sid)
+            st.output = found[1] if found else None
+        return st.output
 
     def _fail_now(self, step: CheckedStep, code: str, message: str,
                   expect: str = "pending") -> None:
@@ -306,8 +365,8 @@ class Executor:
         if step.when is not None:
             from .conditions import ConditionError, evaluate
 
-            outputs = {sid: st.output for sid, st in self.state.items()
-                       if st.status == "succeeded"}
+            outputs = {sid: self._output(sid) for sid, st in self.state.items()
+                       if st.status == "succeeded" and sid in _ancestors(self.plan, step)}
             try:
                 go = evaluate(step.when, self.plan.params, outputs)
             except ConditionError as exc:
@@ -328,11 +387,11 @@ class Executor:
                 self._settle(step, prepared)
             return
         arguments, key = prepared
-        async with self._sem:
+        async with self._slots(step):
             if self.signal_exit is not None:
                 return  # stays pending
             if self.stopping is not None:
-                self._skip(step.id, "stopped", self.stopping)
+                self._skip(step.id, self._stop_reason(), self.stopping)
                 return
             self._settle(step, await self._attempts(step, arguments, key, None))
 
@@ -363,7 +422,12 @@ class Executor:
         return arguments, key
 
     async def _fan_out(self, step: CheckedStep) -> None:
-        """One call per item of ``for_each``, each journaled on its own (SPEC §3)."""
+        """One call per item of ``for_each``, each journaled on its own (SPEC §3).
+
+        Items are dispatched in index order by at most ``max_parallel`` workers; item
+        outputs stay in the journal and the step's output (the ordered list of them) is
+        assembled there, so memory does not grow with the number of items.
+        """
         try:
             source = resolve(step.for_each, self._lookup(step))
         except ResolveError as exc:
@@ -378,26 +442,28 @@ class Executor:
             self._fail_now(step, "max_items", f"for_each gave {len(source):,} items, more "
                            f"than max_items ({limit:,}); nothing was run (never truncated)")
             return
-        rows = self.journal.fanout_begin(self.run_id, step.id, len(source))
+        statuses = self.journal.fanout_begin(self.run_id, step.id, len(source))
         self.state[step.id].status = "running"
         self._emit("started", step.id, items=len(source))
-        results: list[Any] = [None] * len(source)
         failed: list[tuple[int, dict[str, Any]]] = []
         unknown: list[int] = []
         stop_on_error = (step.raw.get("on_item_error") or "fail") == "fail"
-        step_sem = asyncio.Semaphore(step.raw.get("max_parallel") or self.max_parallel)
         halted = False
+        left = 0
 
-        async def one(idx: int, item: Any) -> None:
-            nonlocal halted
-            _i, status, out_json = rows[idx]
+        async def one(idx: int) -> None:
+            nonlocal halted, left
+            status = statuses[idx]
             if status == "succeeded":
-                results[idx] = json.loads(out_json or "null")
                 return
             if status in ("failed", "skipped"):
-                failed.append((idx, {"code": "failed", "message": "failed earlier"}))
+                failed.append((idx, {"code": "failed", "message": "failed in an earlier "
+                                     "attempt of this run"}))
                 return
-            prepared = self._prepare(step, self._lookup(step, item, idx), idx)
+            if halted or self.stopping is not None or self.signal_exit is not None:
+                left += 1
+                return  # stays pending
+            prepared = self._prepare(step, self._lookup(step, source[idx], idx), idx)
             if isinstance(prepared, Outcome):
                 outcome = prepared
                 if outcome.status == "failed":
@@ -405,23 +471,27 @@ class Executor:
                                                key=None, error=outcome.error,
                                                expect="pending", item=idx)
             else:
-                async with step_sem, self._sem:
-                    if halted or self.signal_exit is not None or self.stopping is not None:
+                async with self._slots(step):
+                    if halted or self.stopping is not None or self.signal_exit is not None:
+                        left += 1
                         return  # stays pending
                     outcome = await self._attempts(step, prepared[0], prepared[1], idx)
-            if outcome.status == "succeeded":
-                results[idx] = outcome.output
-            elif outcome.status == "failed":
+            if outcome.status == "failed":
                 assert outcome.error is not None
                 failed.append((idx, outcome.error))
-                if stop_on_error:
-                    halted = True
+                halted = halted or stop_on_error
             elif outcome.status == "indeterminate":
                 unknown.append(idx)
                 halted = True
 
-        await asyncio.gather(*(one(i, it) for i, it in enumerate(source)))
-        st = self.state[step.id]
+        indices = iter(range(len(source)))
+
+        async def worker() -> None:
+            for idx in indices:  # shared: items are taken in index order
+                await one(idx)
+
+        width = min(step.raw.get("max_parallel") or self.max_parallel, len(source)) or 1
+        await asyncio.gather(*(worker() for _ in range(width)))
         error: dict[str, Any]
         if unknown:
             error = {"code": "indeterminate", "message": f"item(s) {_listing(unknown)} have an "
@@ -440,12 +510,24 @@ class Executor:
             self.journal.step_finished(self.run_id, step.id, status="failed", key=None,
                                        error=error)
             self._settle(step, Outcome("failed", error=error))
-        elif self.signal_exit is not None or self.stopping is not None:
-            st.status = "running"  # items left pending: resume finishes the step
+        elif left and self.signal_exit is not None:
+            pass  # interrupted: the step stays running with items pending; resume finishes it
+        elif left:
+            error = {"code": "stopped", "message": f"{self.stopping}; {left} item(s) were not "
+                     "run"}
+            self.journal.step_finished(self.run_id, step.id, status="failed", key=None,
+                                       error=error)
+            self._settle(step, Outcome("failed", error=error))
         else:
-            self.journal.step_finished(self.run_id, step.id, status="succeeded", key=None,
-                                       output=results)
-            self._settle(step, Outcome("succeeded", output=results))
+            self.journal.fanout_succeeded(self.run_id, step.id)
+            st = self.state[step.id]
+            st.status, st.output = "succeeded", IN_JOURNAL
+            self._emit("succeeded", step.id)
+
+    def _slots(self, step: CheckedStep) -> _Slots:
+        """The step's pool (if any), then one of the run's ``max_parallel`` slots."""
+        pool = step.raw.get("pool") or step.tool.entry.pool
+        return _Slots(([self._pools[pool]] if pool in self._pools else []) + [self._sem])
 
     async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
                         item: int | None) -> Outcome:
@@ -477,9 +559,9 @@ class Executor:
                 if step.tool.kind == "python":
                     self.abandoned += 1
                 how = "abandoned" if step.tool.kind == "python" else "cancelled"
-                error = {"code": "interrupted",
-                         "message": f"call {how} when the run was interrupted; its effect is "
-                         "unknown"}
+                code, why = self.cancel_reason or ("interrupted", "the run was interrupted")
+                error = {"code": code,
+                         "message": f"call {how} because {why}; its effect is unknown"}
                 journal.step_finished(run_id, step.id, status="indeterminate", key=None,
                                       error=error, item=item)
                 return Outcome("indeterminate", error=error)

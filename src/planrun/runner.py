@@ -111,7 +111,7 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     executor = Executor(journal=journal, plan=plan, run_id=run_id, root_run_id=root_run_id,
                         project=settings.project, max_parallel=max_parallel,
                         keep_going=keep_going, progress=progress, owner=owner,
-                        state=state or {})
+                        state=state or {}, pools=settings.pools)
     # Python tools run in the project folder, like commands (SPEC §2), so that a relative
     # path means the same place to every tool of a plan.
     here = os.getcwd()

@@ -356,12 +356,11 @@ class Journal:
             self._event(c, run_id, "step_replayed", step_id=step_id, item=item,
                         data={"source": source}, ts=ts)
 
-    def fanout_begin(self, run_id: str, step_id: str, count: int) -> list[tuple[int, str,
-                                                                               str | None]]:
+    def fanout_begin(self, run_id: str, step_id: str, count: int) -> list[str]:
         """Start a fan-out step: the step ``running``, its items journaled ``pending``.
 
-        Items already journaled (a resumed run) are kept. Returns (index, status,
-        output_json) of every item, in order.
+        Items already journaled (a resumed run) are kept. Returns every item's status, in
+        index order.
         """
         ts = now()
         with self._write() as c:
@@ -375,9 +374,28 @@ class Journal:
                           ((run_id, step_id, i) for i in range(count)))
             self._event(c, run_id, "step_started", step_id=step_id,
                         data={"items": count}, ts=ts)
-        return [(int(i), str(st), out) for i, st, out in c.execute(
-            "SELECT item_index, status, output_json FROM items WHERE run_id = ? AND "
-            "step_id = ? ORDER BY item_index", (run_id, step_id))]
+        return [str(st) for (st,) in self._c().execute(
+            "SELECT status FROM items WHERE run_id = ? AND step_id = ? ORDER BY item_index",
+            (run_id, step_id))]
+
+    def fanout_succeeded(self, run_id: str, step_id: str) -> None:
+        """Every item succeeded: record the step's output.
+
+        The output is the ordered list of item outputs, assembled inside SQLite (no Python
+        list of them is built).
+        """
+        ts = now()
+        with self._write() as c:
+            self._guard(c, run_id)
+            cur = c.execute(
+                "UPDATE steps SET status = 'succeeded', finished_at = ?, output_json = ("
+                "SELECT json_group_array(json(output_json)) FROM (SELECT output_json FROM "
+                "items WHERE run_id = ? AND step_id = ? ORDER BY item_index)) "
+                "WHERE run_id = ? AND step_id = ? AND status = 'running'",
+                (ts, run_id, step_id, run_id, step_id))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not running")
+            self._event(c, run_id, "step_succeeded", step_id=step_id, ts=ts)
 
     def item_rows(self, run_id: str, step_id: str) -> list[dict[str, Any]]:
         """The fan-out items of a step, in order."""
