@@ -212,7 +212,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
                                    approver, on_deny="denied")
         return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                             owner=owner, max_parallel=parallel, keep_going=keep_going,
-                            progress=progress)
+                            progress=progress, fresh=True)
 
 
 def _first_code(report: PlanReport) -> str:

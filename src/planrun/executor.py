@@ -86,11 +86,14 @@ def _listing(indices: list[int], most: int = 10) -> str:
 class _Slots:
     """Acquire semaphores in a fixed order (pool first, then the run's limit)."""
 
-    def __init__(self, sems: list[asyncio.Semaphore]) -> None:
+    def __init__(self, sems: list[asyncio.Semaphore], journal: Journal) -> None:
         self.sems = sems
+        self.journal = journal
         self.held: list[asyncio.Semaphore] = []
 
     async def __aenter__(self) -> None:
+        if any(sem.locked() for sem in self.sems):
+            self.journal.flush()  # about to wait: no outcome may sit uncommitted meanwhile
         try:
             for sem in self.sems:
                 await sem.acquire()
@@ -143,6 +146,7 @@ class Executor:
         progress: optional callback ``(kind, step_id, info)`` for display.
         owner: this process's lease owner string (renewed while running), or None.
         pools: concurrency pools, NAME → most calls at once (``[pools]``).
+        fresh: a new run (not resumed or retried): no idempotency key can exist yet.
         grace_s: seconds running calls get after the first SIGINT/SIGTERM.
     """
 
@@ -157,6 +161,7 @@ class Executor:
     progress: Progress | None = None
     owner: str | None = None
     pools: dict[str, int] = field(default_factory=dict)
+    fresh: bool = False
     grace_s: float = GRACE_S
     stopping: str | None = None
     cancel_reason: tuple[str, str] | None = None
@@ -187,6 +192,8 @@ class Executor:
     def _crash_at(self, point: str, sid: str, item: int | None = None) -> None:
         if self._crash and ((point, sid) in self._crash
                             or (item is not None and (point, f"{sid}#{item}") in self._crash)):
+            if point == "outcome":
+                self.journal.flush()  # the point is "after the outcome record commits"
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -244,6 +251,7 @@ class Executor:
         try:
             await self._schedule()
         finally:
+            self.journal.flush()
             if beat is not None:
                 beat.cancel()
             if deadline is not None:
@@ -281,6 +289,12 @@ class Executor:
                 if self.signal_exit is not None:
                     return  # interrupted: what was not dispatched stays pending
                 continue
+            if self.journal.pending_writes:
+                # Let the tasks just created write their dispatch records (which carry the
+                # deferred outcomes in the same commit), then commit whatever is left
+                # before waiting on calls that may take long.
+                await asyncio.sleep(0)
+                self.journal.flush()
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in sorted(done, key=lambda t: by_id[running[t]].index):
                 sid = running.pop(task)
@@ -402,19 +416,24 @@ class Executor:
         Returns an Outcome instead when no call is due (a failure before the call, or a
         replay of an already-succeeded key).
         """
-        try:
-            arguments = resolve(step.arguments, lookup)
-        except ResolveError as exc:
-            return Outcome("failed", error={"code": "reference", "message": str(exc)})
-        from .validation import argument_problems
+        if step.static:
+            arguments = step.arguments  # fully known at validation, and checked there
+        else:
+            try:
+                arguments = resolve(step.arguments, lookup)
+            except ResolveError as exc:
+                return Outcome("failed", error={"code": "reference", "message": str(exc)})
+            from .validation import argument_problems
 
-        problems = argument_problems(step.tool, arguments)
-        if problems:
-            return Outcome("failed", error={"code": "arguments", "message": "; ".join(
-                f"{p or '/'}: {m}" for p, m, _k in problems)})
+            problems = argument_problems(step.tool, arguments)
+            if problems:
+                return Outcome("failed", error={"code": "arguments", "message": "; ".join(
+                    f"{p or '/'}: {m}" for p, m, _k in problems)})
         key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
                               item=item, arguments=arguments)
-        done, output = self.journal.succeeded_key(key)
+        # A fresh run's keys are new (its own id is part of each), so only a resumed or
+        # retried run can find one already succeeded.
+        done, output = (False, None) if self.fresh else self.journal.succeeded_key(key)
         if done:
             self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key",
                                        item=item)
@@ -489,6 +508,7 @@ class Executor:
         async def worker() -> None:
             for idx in indices:  # shared: items are taken in index order
                 await one(idx)
+            self.journal.flush()  # this worker waits no more: commit its last outcome
 
         width = min(step.raw.get("max_parallel") or self.max_parallel, len(source)) or 1
         await asyncio.gather(*(worker() for _ in range(width)))
@@ -527,7 +547,8 @@ class Executor:
     def _slots(self, step: CheckedStep) -> _Slots:
         """The step's pool (if any), then one of the run's ``max_parallel`` slots."""
         pool = step.raw.get("pool") or step.tool.entry.pool
-        return _Slots(([self._pools[pool]] if pool in self._pools else []) + [self._sem])
+        return _Slots(([self._pools[pool]] if pool in self._pools else []) + [self._sem],
+                      self.journal)
 
     async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
                         item: int | None) -> Outcome:
@@ -577,7 +598,7 @@ class Executor:
                 error = exc.error
             if error is None:
                 journal.step_finished(run_id, step.id, status="succeeded", key=key,
-                                      output=output, item=item)
+                                      output=output, item=item, defer=True)
                 self._crash_at("outcome", step.id, item)
                 return Outcome("succeeded", output=output)
             codes = policy.get("on_exit_codes")
@@ -591,7 +612,7 @@ class Executor:
                     await asyncio.sleep(delay)
                 continue
             journal.step_finished(run_id, step.id, status="failed", key=key, error=error,
-                                  item=item)
+                                  item=item, defer=True)
             self._crash_at("outcome", step.id, item)
             return Outcome("failed", error=error)
 

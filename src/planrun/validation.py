@@ -27,6 +27,7 @@ from .params import (
     Problem,
     StepRef,
     Template,
+    has_templates,
     parse_cli_value,
     references,
     substitute,
@@ -63,6 +64,8 @@ class CheckedStep:
     depends_on: list[str]
     raw: dict[str, Any]
     approval_reason: str | None = None
+    #: arguments hold no run-time placeholder: fully known and checked at validation.
+    static: bool = False
 
     @property
     def intent(self) -> str | None:
@@ -496,7 +499,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
             reason = "policy"
         checked.append(CheckedStep(index=i, id=sid, tool=tool, arguments=arguments,
                                    for_each=for_each, depends_on=deps.get(sid, []), raw=raw,
-                                   approval_reason=reason))
+                                   approval_reason=reason,
+                                   static=for_each is None and not has_templates(arguments)))
     for pname in declared:
         if pname not in used:
             out.add("param_unused", f"parameter {pname!r} is declared but no step uses it; "

@@ -13,7 +13,7 @@ import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,8 @@ class Journal:
         self.conn: sqlite3.Connection | None = open_write(path) if write else open_read(path)
         #: When set, step writes check that this owner still holds the run's lease.
         self.owner: str | None = None
+        #: Outcome records waiting to share the next write's transaction (group commit).
+        self._deferred: list[Callable[[sqlite3.Connection], None]] = []
 
     def close(self) -> None:
         """Close the connection."""
@@ -126,6 +128,17 @@ class Journal:
 
     def _write(self) -> Any:
         return _Tx(self)
+
+    def flush(self) -> None:
+        """Commit the deferred outcome records now (one transaction)."""
+        if self._deferred:
+            with self._write():
+                pass
+
+    @property
+    def pending_writes(self) -> int:
+        """How many deferred records wait for the next commit."""
+        return len(self._deferred)
 
     def _guard(self, conn: sqlite3.Connection, run_id: str) -> None:
         if self.owner is None:
@@ -266,28 +279,37 @@ class Journal:
     def step_finished(self, run_id: str, step_id: str, *, status: str, key: str | None,
                       output: Any = None, error: dict[str, Any] | None = None,
                       expect: str = "running", event_data: Any = None,
-                      item: int | None = None, output_json: str | None = None) -> str:
+                      item: int | None = None, defer: bool = False) -> str:
         """The outcome record: ``succeeded``, ``failed`` or ``indeterminate``.
 
         Written with its event in one transaction; ``output`` for a success, ``error``
-        otherwise.
+        otherwise. Guarded by the expected current status; the key is kept (succeeded),
+        released (failed) so that a later attempt really runs, or left claimed
+        (indeterminate).
 
-        Guarded by the expected current status; the key is kept (succeeded), released
-        (failed) so that a later attempt really runs, or left claimed (indeterminate).
-        ``output_json`` may give the output already serialised.
+        With ``defer`` the record joins the next write's transaction instead of
+        committing on its own (group commit: one durable commit can carry a finished
+        step's outcome and its successor's dispatch record). The executor flushes before
+        anything that could wait, so no other call starts while an outcome is uncommitted.
         """
         ts = now()
-        out_json = None
-        if status == "succeeded":
-            out_json = output_json if output_json is not None else dumps(output)
+        out_json = dumps(output) if status == "succeeded" else None
+        err_json = None if error is None else dumps(error)
         table, where, args = self._target(run_id, step_id, item)
-        with self._write() as c:
+        kind = {"succeeded": "step_succeeded", "failed": "step_failed"}.get(
+            status, f"step_{status}")
+        data = dict(event_data or {})
+        if error is not None:
+            data["error"] = {k: v for k, v in error.items() if k != "traceback"}
+            if "traceback" in error:
+                data["traceback"] = error["traceback"]
+
+        def write(c: sqlite3.Connection) -> None:
             self._guard(c, run_id)
             cur = c.execute(
                 f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
                 f"finished_at = ? WHERE {where} AND status = ?",
-                (status, out_json, None if error is None else dumps(error), ts, *args,
-                 expect))
+                (status, out_json, err_json, ts, *args, expect))
             if cur.rowcount != 1:
                 raise JournalError(f"step {step_id!r} of run {run_id} was not {expect}")
             if key is not None:
@@ -297,15 +319,14 @@ class Journal:
                               (out_json, ts, key))
                 elif status == "failed":
                     c.execute("DELETE FROM idempotency_keys WHERE key = ?", (key,))
-            kind = {"succeeded": "step_succeeded", "failed": "step_failed"}.get(
-                status, f"step_{status}")
-            data = dict(event_data or {})
-            if error is not None:
-                data["error"] = {k: v for k, v in error.items() if k != "traceback"}
-                if "traceback" in error:
-                    data["traceback"] = error["traceback"]
             self._event(c, run_id, kind, step_id=step_id, item=item, data=data or None,
                         ts=ts)
+
+        if defer:
+            self._deferred.append(write)
+        else:
+            with self._write() as c:
+                write(c)
         return ts
 
     def step_skipped(self, run_id: str, step_id: str, reason: str,
@@ -698,14 +719,22 @@ class _Tx:
         conn = self.journal._c()
         self._cm = atomic(conn)
         try:
-            return self._cm.__enter__()  # type: ignore[no-any-return]
-        except sqlite3.Error as exc:
-            raise _fail(self.journal.path, exc, "write") from None
+            c: sqlite3.Connection = self._cm.__enter__()
+            for write in self.journal._deferred:
+                write(c)
+        except BaseException as exc:
+            self._cm.__exit__(type(exc), exc, exc.__traceback__)
+            if isinstance(exc, sqlite3.Error):
+                raise _fail(self.journal.path, exc, "write") from None
+            raise
+        return c
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         try:
             self._cm.__exit__(et, ev, tb)
         except sqlite3.Error as exc:
             raise _fail(self.journal.path, exc, "write") from None
+        if et is None:
+            self.journal._deferred.clear()
         if isinstance(ev, sqlite3.Error):
             raise _fail(self.journal.path, ev, "write") from None
