@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import redact
 from .errors import Refused, RunError, UsageError
 from .issues import Issue, PlanReport, Report
 from .paths import PlanLookupError, Settings, find_plan
@@ -78,19 +79,26 @@ def param_input(cli: Sequence[str] = (), params_file: str | None = None) -> Para
 
 
 def load_registry(settings: Settings) -> Any:
-    """The registry, or :class:`Refused` (code ``registry``) with every registry issue."""
+    """The registry with its policy attached.
+
+    Raises:
+        Refused: code ``registry`` (every registry issue) or ``config`` (every policy
+            issue), exit 3.
+    """
+    from .policy import load_policy
     from .registry import load_registry as _load
 
     registry, issues = _load(settings.registry, settings.pools)
     if issues:
         raise Refused(f"{settings.registry} has {len(issues)} problem(s)", code="registry",
                       report=Report(issues=issues))
+    if settings.policy:
+        shown = str(settings.config_file) if settings.config_file else None
+        registry.policy, problems = load_policy(settings.policy, set(registry.tools), shown)
+        if problems:
+            raise Refused(f"the policy in {shown} has {len(problems)} problem(s)",
+                          code="config", report=Report(issues=problems))
     return registry
-
-
-def _approval_tools(settings: Settings) -> set[str]:
-    names = settings.policy.get("require_approval") if settings.policy else None
-    return set(names) if isinstance(names, list) else set()
 
 
 def check(settings: Settings, name: str, registry: Any, given: ParamInput | None,
@@ -109,8 +117,8 @@ def check(settings: Settings, name: str, registry: Any, given: ParamInput | None
     except DocumentError as exc:
         return Loaded(PlanReport(file=shown, issues=list(exc.issues)), None, path=path)
     report, plan = check_plan(doc, registry, settings, given, concrete=concrete,
-                              name_hint=plan_name(path, doc),
-                              approval_tools=_approval_tools(settings))
+                              name_hint=plan_name(path, doc))
+    redact.register(report.secrets)
     return Loaded(report, plan, document=doc.data, path=path)
 
 
@@ -142,6 +150,24 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
     for name in targets:
         report.plans.append(check(settings, name, registry, given, concrete=concrete).report)
     return report
+
+
+def policy_check(settings: Settings) -> Report:
+    """Lint the policy itself: configuration errors, then warnings (``planrun policy check``).
+
+    Errors: unknown tools/classes, bad levels, grants without ``expires``. Warnings:
+    classes without tools, expired grants, irreversible tools nothing clears unattended.
+    """
+    from .policy import lint, load_policy
+
+    try:
+        registry = load_registry(settings)
+    except Refused as exc:
+        return exc.report if isinstance(exc.report, Report) else Report()
+    shown = str(settings.config_file) if settings.config_file else None
+    policy, _ = load_policy(settings.policy or {}, set(registry.tools), shown)
+    irreversible = {name: spec.entry.irreversible for name, spec in registry.tools.items()}
+    return Report(issues=lint(policy, irreversible, shown))
 
 
 @dataclass
@@ -209,7 +235,8 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         journal.owner = owner
         if requests:
             runner.clear_approvals(journal, run_id, requests, set(approve), approve_all,
-                                   approver, on_deny="denied")
+                                   approver, on_deny="denied", plan=plan,
+                                   policy=registry.policy)
         return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                             owner=owner, max_parallel=parallel, keep_going=keep_going,
                             progress=progress, fresh=True)
@@ -243,6 +270,10 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
             "params_json": "{}", "contracts_json": "{}", "status": "refused",
             "report_json": dumps(report.to_json()), "created_at": now(), "finished_at": now(),
         }, report={"issues": [i.to_json() for i in loaded.report.issues]})
+        for issue in loaded.report.issues:
+            if issue.code == "refused":
+                journal.add_event(run_id, "autonomy_refused", step_id=issue.step,
+                                  data={"message": issue.message})
 
 
 # --- reading ---------------------------------------------------------------------------

@@ -340,6 +340,28 @@ def unlock(
         ui.out(f"run {result['run_id']} had no lease")
 
 
+policy_app = typer.Typer(help="Inspect the [policy] of planrun.toml.", no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
+
+
+@policy_app.command("check")
+def policy_check(
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
+    fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Lint the policy: unknown tools, empty classes, expired grants, unclearable tools."""
+    from . import api
+    from .ui import print_report
+
+    settings = _guard(lambda: _settings(project, journal), verbose)
+    report = api.policy_check(settings)
+    print_report(report, fmt.value, strict=strict)
+    raise typer.Exit(0 if report.ok(strict=strict) else 3)
+
+
 @app.command()
 def status(
     run: Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).")],

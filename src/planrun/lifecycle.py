@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import runner
+from . import redact, runner
 from .approval import request_for, user_name
 from .errors import Refused, RunError, UsageError
 from .executor import StepState
@@ -36,7 +36,7 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
     Raises:
         Refused: the plan no longer fits (the ordinary report codes, exit 3).
     """
-    from .api import _approval_tools, load_registry
+    from .api import load_registry
     from .loading import DocumentError, parse_text
     from .validation import check_plan
 
@@ -54,8 +54,8 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
     merged = ParamInput(cli=dict(given.cli), env=dict(given.env),
                         file_values={**values, **given.file_values})
     report, plan = check_plan(doc, registry, settings, merged, concrete=True,
-                              name_hint=row["plan_name"],
-                              approval_tools=_approval_tools(settings))
+                              name_hint=row["plan_name"])
+    redact.register(report.secrets)
     if plan is None:
         journal.add_event(row["run_id"], "plan_refused",
                           data={"issues": [i.to_json() for i in report.issues],
@@ -226,7 +226,8 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             requests = _missing_approvals(journal, run_id, plan, to_run)
             if requests:
                 runner.clear_approvals(journal, run_id, requests, set(approve or []),
-                                       approve_all, approver, on_deny=None)
+                                       approve_all, approver, on_deny=None, plan=plan,
+                                       policy=plan.policy)
             options = json.loads(row["options_json"] or "{}")
             parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
             going = options.get("keep_going", False) if keep_going is None else keep_going
@@ -267,7 +268,7 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         problems = None
         plan = None
         try:
-            from .api import _approval_tools, load_registry
+            from .api import load_registry
             from .loading import parse_text
             from .validation import check_plan
 
@@ -279,7 +280,8 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
             g = given or ParamInput()
             report, plan = check_plan(doc, registry, settings, ParamInput(
                 cli=g.cli, env=g.env, file_values={**values, **g.file_values}),
-                concrete=True, approval_tools=_approval_tools(settings))
+                concrete=True)
+            redact.register(report.secrets)
             if plan is None:
                 problems = [i.to_json() for i in report.issues]
         except Refused as exc:
@@ -384,7 +386,7 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
                     if s.approval_reason and s.id in to_run]
         if requests:
             runner.clear_approvals(journal, child, requests, set(approve or []), approve_all,
-                                   approver, on_deny="denied")
+                                   approver, on_deny="denied", plan=plan, policy=plan.policy)
         return runner.drive(journal, settings, plan, run_id=child,
                             root_run_id=row["root_run_id"], owner=owner,
                             max_parallel=int(parallel), keep_going=keep_going, state=state,

@@ -134,6 +134,8 @@ class ToolRegistry:
     file: Path
     tools: dict[str, ToolSpec] = field(default_factory=dict)
     document: Document | None = None
+    #: the ``[policy]`` of planrun.toml (``planrun.policy.Policy``), when there is one.
+    policy: Any = None
 
     def __contains__(self, name: object) -> bool:
         return name in self.tools

@@ -39,9 +39,68 @@ def contracts(plan: CheckedPlan) -> dict[str, Any]:
     return out
 
 
+def covered(plan: CheckedPlan, requests: Sequence[ApprovalRequest]) -> list[Any]:
+    """Per step to clear, its argument objects as known before the run.
+
+    Fan-out: one per item of a literal ``for_each``. None where a value is only known at
+    run time.
+    """
+    from .params import IndexRef, ItemRef, Ref, ResolveError, dig, has_templates, resolve
+    from .policy import Covered
+
+    out = []
+    for r in requests:
+        step = plan.by_id[r.step_id]
+        calls: list[dict[str, Any]] | None
+        if step.for_each is None:
+            calls = None if has_templates(step.arguments) else [step.arguments]
+        elif isinstance(step.for_each, list) and not has_templates(step.for_each):
+            calls = []
+            for idx, item in enumerate(step.for_each):
+                def lookup(ref: Ref, item: Any = item, idx: int = idx) -> Any:
+                    if isinstance(ref, ItemRef):
+                        return dig(item, ref.path, "item")
+                    if isinstance(ref, IndexRef):
+                        return idx
+                    raise ResolveError("known only at run time")
+                try:
+                    calls.append(resolve(step.arguments, lookup))
+                except ResolveError:
+                    calls = None
+                    break
+        else:
+            calls = None
+        out.append(Covered(step_id=r.step_id, tool=r.tool, calls=calls))
+    return out
+
+
+def _grants(journal: Journal, run_id: str, plan: CheckedPlan | None, policy: Any,
+            requests: Sequence[ApprovalRequest]) -> list[Decision]:
+    """Decisions made by grants; ``autonomy_escalated`` for the steps they do not clear."""
+    from .policy import grant_for
+
+    if policy is None or plan is None:
+        return []
+    cover = covered(plan, requests)
+    out = []
+    for r in requests:
+        if r.reason == "escalate":
+            journal.add_event(run_id, "autonomy_escalated", step_id=r.step_id,
+                              data={"tool": r.tool, "why": "its class escalates to a person"})
+            continue
+        grant, why = grant_for(policy, cover, r.step_id)
+        if grant is not None:
+            out.append(Decision(r.step_id, True, grant.id, "grant", why))
+        elif r.reason == "act" or policy.grants:
+            journal.add_event(run_id, "autonomy_escalated", step_id=r.step_id,
+                              data={"tool": r.tool, "why": why})
+    return out
+
+
 def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRequest],
                     approve: set[str], approve_all: bool, approver: Any,
-                    *, on_deny: str | None) -> None:
+                    *, on_deny: str | None, plan: CheckedPlan | None = None,
+                    policy: Any = None) -> None:
     """Clear every request (journaling each decision) or raise :class:`ApprovalError`.
 
     Args:
@@ -53,6 +112,8 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
         approver: asks a person on a terminal, or None.
         on_deny: the run status to set on a denial (``denied`` for a new run), or None to
             leave the run's status as it is (a resume stays resumable).
+        plan: the plan (for what grants would cover).
+        policy: the policy whose grants may clear steps unattended.
 
     Raises:
         ApprovalError: ``approval_required`` (nobody to ask) or ``approval_denied``.
@@ -61,6 +122,13 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
         journal.add_event(run_id, "approval_required", step_id=r.step_id,
                           data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
     by_step = {r.step_id: r for r in requests}
+    granted = _grants(journal, run_id, plan, policy, requests)
+    for d in granted:
+        record_decision(journal, run_id, by_step[d.step_id], d)
+    done = {d.step_id for d in granted}
+    requests = [r for r in requests if r.step_id not in done]
+    if not requests:
+        return
     try:
         decisions = clear(requests, approve=approve, approve_all=approve_all,
                           approver=approver)
@@ -76,9 +144,9 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
     missing = [r.step_id for r in requests if r.step_id not in asked]
     if denied or missing:
         _deny(journal, run_id, on_deny, "approval_denied")
-        d = denied[0] if denied else None
-        why = f" ({d.reason})" if d and d.reason else ""
-        step = d.step_id if d else missing[0]
+        first = denied[0] if denied else None
+        why = f" ({first.reason})" if first and first.reason else ""
+        step = first.step_id if first else missing[0]
         raise ApprovalError(f"step {step!r} was not approved{why}; nothing ran",
                             code="approval_denied",
                             hint=f"Run again and answer y, or pass --approve {step}.")

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
+from . import redact
 from .approval import ApprovalRequest, Decision, user_name
 from .errors import PlanrunError
 from .issues import Issue, Report
@@ -41,18 +42,18 @@ def _console(stderr: bool = False, no_color: bool = False) -> Any:
 
 
 def out(text: str = "") -> None:
-    """One line of results on stdout."""
-    sys.stdout.write(text + "\n")
+    """One line of results on stdout (secrets masked)."""
+    sys.stdout.write(redact.text(text) + "\n")
 
 
 def err(text: str = "") -> None:
-    """One line of diagnostics on stderr."""
-    sys.stderr.write(text + "\n")
+    """One line of diagnostics on stderr (secrets masked)."""
+    sys.stderr.write(redact.text(text) + "\n")
 
 
 def print_json(value: Any) -> None:
-    """A JSON document on stdout."""
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    """A JSON document on stdout (secrets masked)."""
+    sys.stdout.write(json.dumps(redact.value(value), indent=2, ensure_ascii=False) + "\n")
 
 
 def print_error(exc: PlanrunError, verbose: bool = False) -> None:
@@ -82,6 +83,16 @@ def issue_line(issue: Issue) -> str:
     return f"{_where(issue)}: {issue.severity}[{issue.code}]: {issue.message}{at}"
 
 
+class _Masked:
+    """A text stream wrapper that masks secrets in everything written."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(redact.text(text))
+
+
 def _gh_escape(text: str, prop: bool = False) -> str:
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:
@@ -107,9 +118,9 @@ def github_line(issue: Issue) -> str:
 def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
                  stream: IO[str] | None = None) -> None:
     """Write a validation report in ``text``, ``json`` or ``github`` format."""
-    target = stream or sys.stdout
+    target = _Masked(stream or sys.stdout)
     if fmt == "json":
-        target.write(json.dumps(report.to_json(strict=strict), indent=2,
+        target.write(json.dumps(redact.value(report.to_json(strict=strict)), indent=2,
                                 ensure_ascii=False) + "\n")
         return
     if fmt == "github":
@@ -184,7 +195,7 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
             elif s.get("approved_by"):
                 note = f"approved by {s['approved_by']}"
             dur = f"{s['duration_s']:.3f}s" if s.get("duration_s") is not None else ""
-            table.add_row(s["id"], s["tool"], s["status"], dur, note, style={
+            table.add_row(s["id"], s["tool"], s["status"], dur, redact.text(note), style={
                 "failed": "red", "indeterminate": "magenta", "skipped": "dim",
                 "succeeded": "green"}.get(s["status"]))
         console.print(table)
@@ -267,7 +278,7 @@ class TerminalApprover:
             table.add_column(col, overflow="fold")
         for r in requests:
             table.add_row(r.step_id, r.tool, r.intent or "",
-                          json.dumps(r.arguments, ensure_ascii=False))
+                          json.dumps(redact.value(r.arguments), ensure_ascii=False))
         console.print(table)
 
     def _ask(self, question: str) -> tuple[bool, str | None]:

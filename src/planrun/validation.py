@@ -127,6 +127,8 @@ class CheckedPlan:
     deps: dict[str, list[str]]
     max_parallel: int | None = None
     timeout: float | None = None
+    #: the policy it was checked against (``planrun.policy.Policy``), if any.
+    policy: Any = None
     by_id: dict[str, CheckedStep] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -303,8 +305,7 @@ def _ptr(loc: Iterable[Any]) -> str:
 
 def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                given: ParamInput | None = None, *, concrete: bool | None = None,
-               name_hint: str | None = None,
-               approval_tools: set[str] | None = None) -> tuple[PlanReport, CheckedPlan | None]:
+               name_hint: str | None = None) -> tuple[PlanReport, CheckedPlan | None]:
     """Check one plan document completely.
 
     Args:
@@ -315,7 +316,6 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
         concrete: check with concrete values (missing required parameters are errors);
             default: when any value was given.
         name_hint: the plan's name when the document has no ``name`` (the file stem).
-        approval_tools: tools that need a person even if reversible (policy).
 
     Returns:
         The report, and the checked plan when the report has no error.
@@ -386,6 +386,12 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                         path=ptr + "/default")
         good_params[pname] = schema
     values = _resolve_params(good_params, given, concrete, out)
+    for pname in secrets:  # every text form a secret was given in, valid or not
+        for source in (given.cli, given.env, given.file_values, values):
+            if pname in source and source[pname] is not UNKNOWN:
+                report.secrets.append(source[pname])
+        if "default" in declared.get(pname, {}):
+            report.secrets.append(declared[pname]["default"])
     for pname in set(declared) - set(good_params):
         values[pname] = UNKNOWN
 
@@ -492,11 +498,17 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
             for sub, msg, is_key in argument_problems(tool, arguments):
                 out.add("arguments", f"step {sid!r}: {msg}", step=sid,
                         path=f"{base}/arguments{sub}", key=is_key)
-        reason = None
-        if tool.entry.irreversible:
-            reason = "irreversible"
-        elif approval_tools and tool.name in approval_tools:
-            reason = "policy"
+        policy = registry.policy
+        reason = "irreversible" if tool.entry.irreversible else None
+        if policy is not None:
+            if policy.allowed_tools is not None and tool.name not in policy.allowed_tools:
+                out.add("not_allowed", f"step {sid!r}: tool {tool.name!r} is not in the "
+                        "policy's allowed_tools", step=sid, path=f"{base}/tool")
+            cls = policy.class_of(tool.name)
+            if cls is not None and cls[1] == "refuse":
+                out.add("refused", f"step {sid!r}: the policy refuses tool {tool.name!r} "
+                        f"outright (class {cls[0]!r})", step=sid, path=f"{base}/tool")
+            reason = policy.clearance(tool.name, tool.entry.irreversible)
         checked.append(CheckedStep(index=i, id=sid, tool=tool, arguments=arguments,
                                    for_each=for_each, depends_on=deps.get(sid, []), raw=raw,
                                    approval_reason=reason,
@@ -513,7 +525,7 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
         file=doc.file or "", name=name, revision=head.revision, goal=head.goal,
         document=data, digest=digest(data), params=values, secret_params=secrets,
         steps=checked, deps={s.id: s.depends_on for s in checked},
-        max_parallel=head.max_parallel, timeout=head.timeout)
+        max_parallel=head.max_parallel, timeout=head.timeout, policy=registry.policy)
     report.plan["digest"] = plan.digest
     return report, plan
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import redact
 from ..errors import JournalError, RunError
 from .connection import _fail, atomic, open_read, open_write
 
@@ -79,7 +80,9 @@ def new_run_id() -> str:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON for a column."""
+    """Compact JSON for a column, secret parameter values masked (``planrun.redact``)."""
+    if redact.active():
+        value = redact.value(value)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
