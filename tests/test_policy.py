@@ -190,7 +190,8 @@ def test_allowlist_entry_naming_an_unregistered_tool_is_a_config_error(proj: Pro
     proj.config('[policy]\nallowed_tools = ["record", "recrod"]\n')
     res = proj.run("validate", "cleanup")
     assert res.returncode == 3
-    assert "config" in res.stdout and "recrod" in res.stdout
+    assert "config" in res.stdout
+    assert "recrod" in res.stdout
 
 
 def test_refuse_class_fails_validation_and_is_journaled(proj: Proj) -> None:
@@ -212,7 +213,8 @@ def test_escalate_class_needs_a_person_even_with_a_grant(proj: Proj) -> None:
                 + grant_toml(tool="pay"))
     res = proj.run("execute", "pay")
     assert res.returncode == 4
-    assert "first" in res.stderr and "--approve" in res.stderr
+    assert "first" in res.stderr
+    assert "--approve" in res.stderr
     assert proj.calls() == []
 
 
@@ -396,7 +398,8 @@ def test_resume_asks_for_a_secret_again(proj: Proj) -> None:
     assert res.returncode == -9
     res = proj.run("resume")
     assert res.returncode == 3
-    assert "param_missing" in res.stderr and "token" in res.stderr
+    assert "param_missing" in res.stderr
+    assert "token" in res.stderr
     res = proj.run("resume", env={"PLANRUN_PARAM_token": "gamma-9999"})
     assert res.returncode == 0, res.stderr
     assert proj.calls() == ["a", "b"]
@@ -499,18 +502,22 @@ def test_grant_for_checks_each_condition() -> None:
     assert issues == []
     fine = [Covered("a", "pay", [{"amount": 60}]), Covered("b", "pay", [{"amount": 80}])]
     grant, _why = grant_for(policy, fine, "a")
-    assert grant is not None and grant.id == "g"
+    assert grant is not None
+    assert grant.id == "g"
     too_big = [Covered("a", "pay", [{"amount": 101}])]
     grant, why = grant_for(policy, too_big, "a")
-    assert grant is None and "arguments leave" in why
+    assert grant is None
+    assert "arguments leave" in why
     over = [Covered("a", "pay", [{"amount": 100}]), Covered("b", "pay", [{"amount": 60}])]
     grant, why = grant_for(policy, over, "b")
-    assert grant is None and "over max_total" in why
+    assert grant is None
+    assert "over max_total" in why
     other = [Covered("x", "other", [{"amount": 1}])]
     assert grant_for(policy, other, "x") == (None, "no grant covers this tool")
     later = datetime.now(UTC) + timedelta(days=2)
     grant, why = grant_for(policy, fine, "a", at=later)
-    assert grant is None and "expired" in why
+    assert grant is None
+    assert "expired" in why
 
 
 def test_grant_total_boundaries() -> None:
