@@ -6,8 +6,10 @@ way, with the same manifest and exit statuses.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .approval import ApprovalRequest, Decision, clear
@@ -165,6 +167,28 @@ def record_decision(journal: Journal, run_id: str, request: ApprovalRequest,
                             method=d.method, reason=d.reason)
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While tools run, whatever they print goes to stderr: stdout is for results only
+    (the manifest, ``--json``), so a chatty python tool cannot corrupt it.
+    """
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1 (embedded): redirect the Python level only
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,
           root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
           state: dict[str, Any] | None = None, progress: Any = None,
@@ -186,7 +210,8 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     here = os.getcwd()
     os.chdir(settings.project)
     try:
-        status = executor.run()
+        with _stdout_to_stderr():
+            status = executor.run()
     finally:
         os.chdir(here)
     journal.finish_run(run_id, status)

@@ -33,6 +33,12 @@ def _fail(path: Path, exc: BaseException, doing: str) -> JournalError:
                         "--journal.")
 
 
+def _is_dir(path: Path) -> JournalError:
+    return JournalError(f"the journal path {path} is a directory, not a file",
+                        hint="Give --journal (or PLANRUN_JOURNAL) a file path, e.g. "
+                        f"{path / 'journal.sqlite3'}.")
+
+
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction: ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any error."""
@@ -85,6 +91,8 @@ def open_write(path: Path) -> sqlite3.Connection:
     Raises:
         JournalError: cannot create/open/write, corrupt, or newer schema (exit 6).
     """
+    if path.is_dir():
+        raise _is_dir(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -119,6 +127,8 @@ def open_read(path: Path) -> sqlite3.Connection | None:
     """
     if not path.exists():
         return None
+    if path.is_dir():
+        raise _is_dir(path)
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
                                timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,

@@ -111,10 +111,19 @@ class Journal:
         self._deferred: list[Callable[[sqlite3.Connection], None]] = []
 
     def close(self) -> None:
-        """Close the connection."""
+        """Commit deferred outcome records, then close the connection.
+
+        Raises:
+            JournalError: the deferred records could not be written (the connection is
+                closed anyway; the steps stay ``running`` for resume to settle).
+        """
         if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+            try:
+                self.flush()
+            finally:
+                self._deferred.clear()
+                self.conn.close()
+                self.conn = None
 
     def __enter__(self) -> Journal:
         return self
@@ -334,15 +343,25 @@ class Journal:
 
     def step_skipped(self, run_id: str, step_id: str, reason: str,
                      message: str | None = None) -> None:
-        """Mark a pending step ``skipped`` with its reason, with ``step_skipped``."""
+        """Mark a step that will not run ``skipped`` with its reason, with ``step_skipped``.
+
+        The step is ``pending``, or was left ``running``/``indeterminate`` by a crash and is
+        not being called again (the executor never skips a call it dispatched).
+
+        Raises:
+            JournalError: the step is in none of those states.
+        """
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            c.execute(
+            cur = c.execute(
                 "UPDATE steps SET status = 'skipped', skip_reason = ?, finished_at = ?, "
-                "error_json = ? WHERE run_id = ? AND step_id = ? AND status = 'pending'",
+                "error_json = ? WHERE run_id = ? AND step_id = ? "
+                "AND status IN ('pending', 'running', 'indeterminate')",
                 (reason, ts, dumps({"code": reason, "message": message}) if message else None,
                  run_id, step_id))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} cannot be skipped now")
             self._event(c, run_id, "step_skipped", step_id=step_id,
                         data={"reason": reason, "message": message}, ts=ts)
 
@@ -460,7 +479,9 @@ class Journal:
             if holder and holder != owner:
                 alive = holder_alive(holder)
                 expired = expires is not None and expires < time.time()
-                if alive is True or (alive is None and not expired):
+                # A live holder renews every LEASE_TTL_S / 3; one that let its lease expire
+                # is stuck (or its pid was reused by another process): take it over.
+                if not expired and alive is not False:
                     where = "" if alive else " on another host"
                     raise RunError(
                         f"run {run_id} is being driven by another process{where} "

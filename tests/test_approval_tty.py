@@ -1,0 +1,408 @@
+"""Clearing irreversible steps on a real terminal (SPEC §6), end to end.
+
+The real ``planrun`` process (``python -m planrun``) runs on a pseudo-terminal (pexpect):
+the table and ``Approve STEP (TOOL)? [y/N]`` come before anything runs, the default is No,
+Ctrl-D / Ctrl-C / silence deny, every decision is journaled. Without a terminal planrun
+refuses at once (exit 4) instead of waiting.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pexpect
+import pytest
+
+from conftest import Project
+from planrun import api
+from planrun.journal import Journal
+
+MODULE = '''
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def record(name):
+    with open(HERE / "calls.log", "a", encoding="utf-8") as f:
+        f.write(name + "\\n")
+    return {"name": name}
+'''
+
+TOOLS = """
+tools:
+  record:
+    python: ttytools:record
+    arguments:
+      type: object
+      properties:
+        name: {type: string}
+      required: [name]
+      additionalProperties: false
+  delete_thing:
+    python: ttytools:record
+    irreversible: true
+    arguments:
+      type: object
+      properties:
+        name: {type: string}
+      required: [name]
+      additionalProperties: false
+  wipe:
+    python: ttytools:record
+    irreversible: true
+    arguments:
+      type: object
+      properties:
+        name: {type: string}
+      required: [name]
+      additionalProperties: false
+"""
+
+CLEANUP = """
+planrun: 1
+goal: Prepare, then delete something
+steps:
+  - id: prepare
+    tool: record
+    arguments: {name: prepare}
+  - id: drop
+    tool: delete_thing
+    depends_on: [prepare]
+    arguments: {name: drop}
+    intent: Remove the old thing for good
+"""
+
+TWO = """
+planrun: 1
+goal: Two irreversible steps
+steps:
+  - {id: prepare, tool: record, arguments: {name: prepare}}
+  - {id: drop, tool: delete_thing, depends_on: [prepare], arguments: {name: drop}}
+  - {id: purge, tool: wipe, depends_on: [drop], arguments: {name: purge}}
+"""
+
+LATER = """
+planrun: 1
+goal: An irreversible step that uses an earlier output
+steps:
+  - {id: prepare, tool: record, arguments: {name: prepare}}
+  - id: drop
+    tool: delete_thing
+    depends_on: [prepare]
+    arguments: {name: "{steps.prepare.output.name}"}
+"""
+
+PROMPT_DROP = r"Approve drop \(delete_thing\)\? \[y/N\]"
+PROMPT_PURGE = r"Approve purge \(wipe\)\? \[y/N\]"
+
+
+@pytest.fixture
+def proj(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.chdir(project.root)
+    project.write_tools(TOOLS, module=MODULE, module_name="ttytools")
+    project.write_plan("cleanup", CLEANUP)
+    project.write_plan("two", TWO)
+    project.write_plan("later", LATER)
+    return project
+
+
+def spawn(project: Project, *args: str) -> pexpect.spawn:
+    """``planrun ARGS`` on a pseudo-terminal (stdin, stdout and stderr are the tty)."""
+    return pexpect.spawn(sys.executable, ["-m", "planrun", *args, "-C", str(project.root)],
+                         cwd=str(project.root), env=dict(os.environ), encoding="utf-8",
+                         timeout=30, dimensions=(50, 200))
+
+
+def finish(child: pexpect.spawn) -> tuple[int, str]:
+    """Wait for the end; (exit status, everything after the last match)."""
+    child.expect(pexpect.EOF)
+    rest = child.before or ""
+    child.close()
+    assert child.signalstatus is None, f"killed by signal {child.signalstatus}"
+    return int(child.exitstatus), rest
+
+
+def calls(project: Project) -> list[str]:
+    log = project.root / "calls.log"
+    return log.read_text().split() if log.exists() else []
+
+
+def last_run(project: Project) -> dict[str, Any]:
+    runs = api.runs(project.settings())
+    assert runs, "no run was journaled"
+    return runs[0]
+
+
+def approvals(project: Project, run_id: str) -> list[dict[str, Any]]:
+    with Journal(project.settings().journal, write=False) as j:
+        return j.approvals(run_id)
+
+
+def digest_of(arguments: dict[str, Any]) -> str:
+    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def ask_drop(project: Project, *extra: str) -> tuple[pexpect.spawn, str]:
+    """Start ``execute cleanup`` and wait for the question about ``drop``."""
+    child = spawn(project, "execute", "cleanup", *extra)
+    child.expect(PROMPT_DROP)
+    shown = child.before or ""
+    # Asked before anything runs: not even the step ``drop`` depends on has run.
+    assert calls(project) == []
+    return child, shown
+
+
+# --- the question ----------------------------------------------------------------------------
+
+
+def test_table_then_question_before_anything_runs_and_enter_denies(proj: Project) -> None:
+    child, shown = ask_drop(proj)
+    for text in ("drop", "delete_thing", "Remove the old thing for good", '"name": "drop"'):
+        assert text in shown, shown
+    assert "prepare" not in shown  # the table lists only the steps to clear
+    child.sendline("")
+    status, rest = finish(child)
+    assert status == 4
+    assert calls(proj) == []
+    assert "Traceback" not in rest
+    run = last_run(proj)
+    assert run["status"] == "denied"
+    [decision] = approvals(proj, run["run_id"])
+    assert decision["granted"] == 0
+    assert decision["step_id"] == "drop"
+
+
+def test_run_time_placeholders_are_shown_as_written(proj: Project) -> None:
+    child = spawn(proj, "execute", "later")
+    child.expect(PROMPT_DROP)
+    assert "{steps.prepare.output.name}" in (child.before or "")
+    child.sendline("y")
+    status, _ = finish(child)
+    assert status == 0
+    assert calls(proj) == ["prepare", "prepare"]
+    [decision] = approvals(proj, last_run(proj)["run_id"])
+    assert decision["digest"] == digest_of({"name": "{steps.prepare.output.name}"})
+
+
+def test_n_denies(proj: Project) -> None:
+    child, _ = ask_drop(proj)
+    child.sendline("n")
+    status, rest = finish(child)
+    assert status == 4
+    assert "drop" in rest  # the message names the step
+    assert calls(proj) == []
+    [decision] = approvals(proj, last_run(proj)["run_id"])
+    assert decision["granted"] == 0
+
+
+def test_y_runs_and_the_decision_is_journaled(proj: Project) -> None:
+    child, _ = ask_drop(proj)
+    child.sendline("y")
+    status, rest = finish(child)
+    assert status == 0, rest
+    assert calls(proj) == ["prepare", "drop"]
+    run = last_run(proj)
+    assert run["status"] == "completed"
+    [decision] = approvals(proj, run["run_id"])
+    assert decision["granted"] == 1
+    assert decision["step_id"] == "drop"
+    assert decision["tool"] == "delete_thing"
+    assert decision["decided_by"] == getpass.getuser()
+    assert decision["method"] == "prompt"
+    assert decision["digest"] == digest_of({"name": "drop"})
+    assert decision["decided_at"].endswith("+00:00")
+    manifest = api.status(proj.settings(), run["run_id"])
+    steps = {s["id"]: s for s in manifest["steps"]}
+    assert steps["drop"]["approved_by"] == getpass.getuser()
+    assert steps["prepare"]["approved_by"] is None
+    granted = api.log(proj.settings(), run["run_id"])[1]
+    kinds = [e["kind"] for e in granted]
+    assert kinds.index("approval_granted") < kinds.index("step_started")
+
+
+@pytest.mark.parametrize("extra", [[], ["--approval-timeout", "60"]], ids=["plain", "timeout"])
+def test_ctrl_d_denies(proj: Project, extra: list[str]) -> None:
+    child, _ = ask_drop(proj, *extra)
+    child.sendeof()
+    status, rest = finish(child)
+    assert status == 4
+    assert "Traceback" not in rest
+    assert calls(proj) == []
+    [decision] = approvals(proj, last_run(proj)["run_id"])
+    assert decision["granted"] == 0
+
+
+@pytest.mark.parametrize("extra", [[], ["--approval-timeout", "60"]], ids=["plain", "timeout"])
+def test_ctrl_c_at_the_prompt_denies_without_a_traceback(proj: Project,
+                                                         extra: list[str]) -> None:
+    child, _ = ask_drop(proj, *extra)
+    child.sendintr()
+    status, rest = finish(child)
+    assert status == 4, rest
+    assert "Traceback" not in rest
+    assert "KeyboardInterrupt" not in rest
+    assert calls(proj) == []
+    run = last_run(proj)
+    assert run["status"] == "denied"
+    [decision] = approvals(proj, run["run_id"])
+    assert decision["granted"] == 0
+
+
+def test_silence_past_the_approval_timeout_denies_with_reason_timeout(proj: Project) -> None:
+    child, _ = ask_drop(proj, "--approval-timeout", "1")
+    status, _rest = finish(child)  # nobody answers
+    assert status == 4
+    assert calls(proj) == []
+    run_id = last_run(proj)["run_id"]
+    log = subprocess.run([sys.executable, "-m", "planrun", "log", run_id, "--json",
+                          "-C", str(proj.root)], capture_output=True, text=True, timeout=60,
+                         check=False, stdin=subprocess.DEVNULL)
+    assert log.returncode == 0, log.stderr
+    denied = [e for e in json.loads(log.stdout) if e["kind"] == "approval_denied"]
+    assert len(denied) == 1
+    assert denied[0]["step"] == "drop"
+    assert denied[0]["data"]["reason"] == "timeout"
+    assert denied[0]["data"]["method"] == "prompt"
+    assert denied[0]["data"]["decided_by"] == getpass.getuser()
+    assert denied[0]["data"]["digest"] == digest_of({"name": "drop"})
+
+
+def test_the_question_goes_to_stderr_and_the_manifest_to_stdout(proj: Project) -> None:
+    out = proj.root / "out.json"
+    child = pexpect.spawn("sh", ["-c", 'exec "$0" -m planrun execute cleanup --json -C "$1" >"$2"',
+                                 sys.executable, str(proj.root), str(out)],
+                          cwd=str(proj.root), env=dict(os.environ), encoding="utf-8",
+                          timeout=30, dimensions=(50, 200))
+    child.expect(PROMPT_DROP)
+    child.sendline("y")
+    status, _ = finish(child)
+    assert status == 0
+    manifest = json.loads(out.read_text())
+    assert manifest["status"] == "completed"
+    assert {s["id"]: s["approved_by"] for s in manifest["steps"]} == {
+        "prepare": None, "drop": getpass.getuser()}
+
+
+# --- several steps --------------------------------------------------------------------------
+
+
+def test_two_steps_are_asked_in_order(proj: Project) -> None:
+    child = spawn(proj, "execute", "two")
+    child.expect(PROMPT_DROP)
+    child.sendline("y")
+    child.expect(PROMPT_PURGE)
+    assert calls(proj) == []  # still nothing ran: every step is cleared first
+    child.sendline("y")
+    status, rest = finish(child)
+    assert status == 0, rest
+    assert calls(proj) == ["prepare", "drop", "purge"]
+    decisions = approvals(proj, last_run(proj)["run_id"])
+    assert [(d["step_id"], d["granted"], d["method"]) for d in decisions] == [
+        ("drop", 1, "prompt"), ("purge", 1, "prompt")]
+
+
+def test_the_first_denial_stops_the_questions(proj: Project) -> None:
+    child = spawn(proj, "execute", "two")
+    child.expect(PROMPT_DROP)
+    child.sendline("n")
+    status, rest = finish(child)
+    assert status == 4
+    assert "Approve purge" not in rest
+    assert calls(proj) == []
+    decisions = approvals(proj, last_run(proj)["run_id"])
+    assert [(d["step_id"], d["granted"]) for d in decisions] == [("drop", 0)]
+
+
+def test_a_denial_of_the_second_step_runs_nothing(proj: Project) -> None:
+    child = spawn(proj, "execute", "two")
+    child.expect(PROMPT_DROP)
+    child.sendline("y")
+    child.expect(PROMPT_PURGE)
+    child.sendline("")
+    status, _ = finish(child)
+    assert status == 4
+    assert calls(proj) == []
+    run = last_run(proj)
+    assert run["status"] == "denied"
+    decisions = approvals(proj, run["run_id"])
+    assert [(d["step_id"], d["granted"]) for d in decisions] == [("drop", 1), ("purge", 0)]
+
+
+def test_a_step_cleared_by_flag_is_not_asked(proj: Project) -> None:
+    child = spawn(proj, "execute", "two", "--approve", "drop")
+    child.expect(PROMPT_PURGE)
+    assert "Approve drop" not in (child.before or "")
+    child.sendline("y")
+    status, _ = finish(child)
+    assert status == 0
+    decisions = approvals(proj, last_run(proj)["run_id"])
+    assert [(d["step_id"], d["method"]) for d in decisions] == [("drop", "flag"),
+                                                                 ("purge", "prompt")]
+
+
+# --- no terminal --------------------------------------------------------------------------------
+
+
+def test_without_a_terminal_it_exits_4_at_once_naming_the_step(proj: Project) -> None:
+    proc = subprocess.run([sys.executable, "-m", "planrun", "execute", "cleanup",
+                           "-C", str(proj.root)], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 4
+    assert "drop" in proc.stderr
+    assert "--approve drop" in proc.stderr
+    assert "--approve-all" in proc.stderr
+    assert "grant" in proc.stderr
+    assert "[y/N]" not in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert calls(proj) == []
+    run = last_run(proj)
+    assert run["status"] == "denied"
+
+
+def test_without_a_terminal_every_step_left_is_named(proj: Project) -> None:
+    base = [sys.executable, "-m", "planrun", "execute", "two", "-C", str(proj.root)]
+    proc = subprocess.run(base, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 4
+    assert "--approve drop" in proc.stderr
+    assert "--approve purge" in proc.stderr
+    proc = subprocess.run([*base, "--approve", "drop"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 4
+    assert "--approve purge" in proc.stderr
+    assert "--approve drop" not in proc.stderr
+    assert calls(proj) == []
+
+
+def test_a_terminal_stdin_with_stderr_redirected_is_not_asked(proj: Project) -> None:
+    """SPEC §6: asking needs stdin *and* stderr on a terminal."""
+    err = proj.root / "stderr.txt"
+    child = pexpect.spawn("sh", ["-c", 'exec "$0" -m planrun execute cleanup -C "$1" 2>"$2"',
+                                 sys.executable, str(proj.root), str(err)],
+                          cwd=str(proj.root), env=dict(os.environ), encoding="utf-8",
+                          timeout=30)
+    status, rest = finish(child)
+    assert status == 4
+    assert "[y/N]" not in rest
+    assert "--approve drop" in err.read_text()
+    assert calls(proj) == []
+
+
+def test_approve_flag_clears_without_a_terminal(proj: Project) -> None:
+    proc = subprocess.run([sys.executable, "-m", "planrun", "execute", "cleanup",
+                           "--approve", "drop", "-C", str(proj.root)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert calls(proj) == ["prepare", "drop"]
+    [decision] = approvals(proj, last_run(proj)["run_id"])
+    assert (decision["granted"], decision["method"], decision["decided_by"]) == (
+        1, "flag", getpass.getuser())
