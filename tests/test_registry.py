@@ -220,8 +220,6 @@ def test_malformed_output_schema(project: Project) -> None:
     assert "output_schema" in issue.message
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a contract whose $ref resolves nowhere passes the "
-                   "registry checks and later crashes validation")
 def test_unresolvable_ref_is_a_malformed_schema(project: Project) -> None:
     _registry, issue = single(project, """\
       t:
@@ -252,8 +250,6 @@ def test_placeholder_inside_shell_script_text(project: Project, argv: str) -> No
     assert "t" not in registry
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `bash -e -c SCRIPT` (errexit before -c) is taken "
-                   "for a script flag, so the real -c script is never checked")
 @pytest.mark.parametrize("argv", ['[bash, -e, -c, "echo {x}"]', '[sh, -eu, -c, "rm -rf {x}"]'])
 def test_placeholder_inside_script_after_errexit_flag(project: Project, argv: str) -> None:
     _registry, issue = single(project, f"  t: {{command: {argv}, arguments: {X_REQUIRED}}}\n")

@@ -857,8 +857,6 @@ def test_condition_on_an_ancestor_is_fine(basic_project: Project) -> None:
     assert plan.by_id["a"].when == "steps.src.output.n > 1"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `when` is read with a regex, so a parameter used "
-                   "as params[\"name-with-dash\"] counts as unused")
 def test_parameter_read_by_index_in_when_is_used(basic_project: Project) -> None:
     report, _plan = check(basic_project, """\
     planrun: 1
@@ -871,8 +869,6 @@ def test_parameter_read_by_index_in_when_is_used(basic_project: Project) -> None
     assert report.issues == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `when` is read with a regex, so 'steps.x' inside "
-                   "a CEL string literal is taken for a read of step x")
 def test_step_name_inside_a_cel_string_is_not_a_read(basic_project: Project) -> None:
     report, _plan = check(basic_project, """\
     planrun: 1
@@ -898,8 +894,6 @@ def test_json_plan_issues_are_located(basic_project: Project) -> None:
     assert text.splitlines()[issue.line - 1][issue.column - 1:] == '"2"'
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: JSON plans are located via the YAML composer, "
-                   "which rejects surrogate escapes: every issue loses line/column")
 def test_json_plan_with_escaped_emoji_is_located(basic_project: Project) -> None:
     data = {"planrun": 1, "goal": "ship \U0001F680",
             "steps": [{"id": "a", "tool": "ecko", "arguments": {"value": 1}}]}
@@ -907,8 +901,6 @@ def test_json_plan_with_escaped_emoji_is_located(basic_project: Project) -> None
     assert one(report, "unknown_tool").line is not None
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: a JSON plan holding 1e400 "
-                   "(infinity) crashes check_plan in digest() instead of being refused")
 def test_json_plan_with_infinite_number_does_not_crash(basic_project: Project) -> None:
     text = ('{"planrun": 1, "goal": "g", "steps": [{"id": "a", "tool": "echo", '
             '"arguments": {"value": 1e400}}]}')
@@ -919,8 +911,6 @@ def test_json_plan_with_infinite_number_does_not_crash(basic_project: Project) -
     assert not report.ok
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="BUG: a deeply nested JSON plan "
-                   "(under Python's recursion limit, over MAX_DEPTH) crashes check_plan")
 def test_deep_json_plan_does_not_crash(basic_project: Project) -> None:
     value = "[" * 800 + "]" * 800
     text = ('{"planrun": 1, "goal": "g", "steps": [{"id": "a", "tool": "echo", '
@@ -951,8 +941,6 @@ def test_deep_json_plan_does_not_crash(basic_project: Project) -> None:
         raise failure[0]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a parameter schema with an unresolvable $ref "
-                   "crashes check_plan (referencing error) instead of a schema issue")
 def test_param_schema_with_unresolvable_ref_does_not_crash(basic_project: Project) -> None:
     report, _plan = check(basic_project, """\
     planrun: 1
@@ -965,8 +953,6 @@ def test_param_schema_with_unresolvable_ref_does_not_crash(basic_project: Projec
     assert "schema" in codes(report)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: -p n=1e400 for a number parameter is accepted as "
-                   "infinity (parse_cli_value), so the plan passes with a non-JSON value")
 def test_infinite_cli_number_is_param_type(basic_project: Project) -> None:
     report, _plan = check(basic_project, """\
     planrun: 1

@@ -24,20 +24,88 @@ def _environment() -> Any:
 
 
 @lru_cache(maxsize=4096)
+def _tree(expr: str) -> Any:
+    import celpy.celparser
+
+    try:
+        return _environment().compile(expr)
+    except celpy.celparser.CELParseError as exc:
+        raise ConditionError(" ".join(str(exc).split())) from None
+    except Exception as exc:  # cel-python raises assorted errors on odd input
+        raise ConditionError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _root_ident(member: Any) -> str | None:
+    """``params`` for the CEL subtree ``member > primary > ident params``."""
+    from lark import Tree
+
+    node = member
+    for kind in ("member", "primary", "ident"):
+        if not isinstance(node, Tree) or node.data != kind or not node.children:
+            return None
+        if kind == "ident":
+            return str(node.children[0])
+        node = node.children[0]
+    return None
+
+
+def _string_literal(expr: Any) -> str | None:
+    """The text of an index expression that is one string literal, else None."""
+    import json
+
+    from lark import Token, Tree
+
+    node = expr
+    while isinstance(node, Tree) and len(node.children) == 1:
+        if node.data == "literal":
+            tok = node.children[0]
+            if isinstance(tok, Token) and tok.startswith(('"', "'")):
+                try:
+                    return str(json.loads('"' + str(tok)[1:-1] + '"'))
+                except ValueError:
+                    return str(tok)[1:-1]
+            return None
+        node = node.children[0]
+    return None
+
+
+@lru_cache(maxsize=4096)
+def references(expr: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(parameter names, step ids) that ``expr`` reads.
+
+    ``params.X`` / ``params["X"]`` and ``steps.ID`` / ``steps["ID"]``, found in the parsed
+    expression (text inside string literals is not a reference).
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    from lark import Tree
+
+    found: dict[str, set[str]] = {"params": set(), "steps": set()}
+    for node in _tree(expr).iter_subtrees():
+        if node.data not in ("member_dot", "member_index") or len(node.children) < 2:
+            continue
+        root = _root_ident(node.children[0])
+        if root not in found:
+            continue
+        key = node.children[1]
+        name = str(key) if node.data == "member_dot" and not isinstance(key, Tree) \
+            else _string_literal(key)
+        if name is not None:
+            found[root].add(name)
+    return frozenset(found["params"]), frozenset(found["steps"])
+
+
+@lru_cache(maxsize=4096)
 def compile_condition(expr: str) -> Any:
     """The compiled CEL program of ``expr``.
 
     Raises:
         ConditionError: the expression does not compile.
     """
-    import celpy.celparser
-
-    env = _environment()
+    tree = _tree(expr)
     try:
-        return env.program(env.compile(expr))
-    except celpy.celparser.CELParseError as exc:
-        detail = " ".join(str(exc).split())
-        raise ConditionError(detail) from None
+        return _environment().program(tree)
     except Exception as exc:  # cel-python raises assorted errors on odd input
         raise ConditionError(f"{type(exc).__name__}: {exc}") from None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import graphlib
 import heapq
+import json
 import os
 import signal
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 from .canonical import digest
 from .errors import EXIT_SIGINT, EXIT_SIGTERM
-from .journal import Journal, dumps
+from .journal import Journal
 from .journal.store import LEASE_TTL_S
 from .params import IndexRef, ItemRef, Ref, ResolveError, StepRef, dig, resolve
 from .tools import CallTimeout, StepContext, ToolFailure, call_command, call_python
@@ -626,10 +627,16 @@ class Executor:
     def _check_output(step: CheckedStep, output: Any) -> dict[str, Any] | None:
         """None when ``output`` is JSON data that fits the tool's ``output_schema``."""
         try:
-            dumps(output)
+            text = json.dumps(output, ensure_ascii=False, allow_nan=False)
+            if not text.isascii():
+                text.encode("utf-8")
         except (TypeError, ValueError) as exc:
             return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
                     f"that is not JSON data: {exc}"}
+        except UnicodeEncodeError:
+            return {"code": "output", "message": f"tool {step.tool.name!r} returned text that "
+                    "is not valid Unicode (an undecodable file name?); return it as text "
+                    "that can be encoded in UTF-8"}
         validator = step.tool.output_validator
         if validator is not None:
             errors = [e.message for e in validator.iter_errors(output)]

@@ -184,10 +184,12 @@ def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]]) -> 
     cmds = "; ".join(f"planrun resolve {run_id} {name(sid, item)} --succeeded "
                      "[--output JSON] | --failed [--reason TEXT]" for sid, item in blocked)
     shown = ", ".join(sid if item is None else f"{sid}[{item}]" for sid, item in blocked)
+    many = len(blocked) > 1
     return RunError(
-        f"run {run_id}: {shown} were running when the run died and their tools are not "
-        "idempotent, so their effect is unknown; resume will not call them again on its "
-        "own", code="indeterminate",
+        f"run {run_id}: {'steps' if many else 'step'} {shown} {'were' if many else 'was'} "
+        f"running when the run died and {'their tools are' if many else 'its tool is'} not "
+        "idempotent, so the effect is unknown; resume will not call "
+        f"{'them' if many else 'it'} again on its own", code="indeterminate",
         hint=f"Check what happened, then settle each: {cmds}; then planrun resume {run_id}.",
         details={"steps": [{"step": s, "item": i} for s, i in blocked]})
 

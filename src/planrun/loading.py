@@ -13,6 +13,7 @@ node (:meth:`Document.locate`), computed only when an issue needs it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -274,6 +275,22 @@ class Document:
     _root: Any = field(default=None, repr=False)
     _composed: bool = field(default=False, repr=False)
 
+    _json: _JsonIndex | None = field(default=None, repr=False)
+
+    def _json_at(self, ptr: str, key: bool) -> tuple[int | None, int | None]:
+        if self._json is None:
+            self._json = _index_json(self.text)
+        tokens = split_pointer(ptr)
+        while True:
+            cur = "".join("/" + pointer_escape(t) for t in tokens)
+            if cur in self._json.where:
+                at, key_at = self._json.where[cur]
+                return _line_col(self.text, key_at if key and key_at is not None else at)
+            if not tokens:
+                return None, None
+            tokens = tokens[:-1]
+            key = False
+
     def _node(self) -> yaml.Node | None:
         if not self._composed:
             self._composed = True
@@ -289,8 +306,12 @@ class Document:
         Walks down as far as the pointer resolves, so a pointer at a missing key points at
         the closest enclosing node. Returns (None, None) if the text cannot be composed.
         """
+        if ptr is None:
+            return None, None
+        if self.kind == "json":
+            return self._json_at(ptr, key=False)
         node = self._node()
-        if node is None or ptr is None:
+        if node is None:
             return None, None
         for token in split_pointer(ptr):
             nxt = None
@@ -313,6 +334,8 @@ class Document:
 
         For issues about a key itself, e.g. an undeclared argument.
         """
+        if self.kind == "json":
+            return self._json_at(ptr, key=True)
         tokens = split_pointer(ptr)
         if not tokens:
             return self.locate(ptr)
@@ -338,8 +361,19 @@ class Document:
         return self.locate(ptr)
 
 
+class _NotFinite(ValueError):
+    """A JSON number or constant that is not a finite number."""
+
+
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON can hold")
+    raise _NotFinite(f"{name} is not a number JSON can hold")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value) or math.isnan(value):
+        raise _NotFinite(f"{text} is too large for a number")
+    return value
 
 
 def _json_pairs(dups: list[str]) -> Any:
@@ -354,20 +388,109 @@ def _json_pairs(dups: list[str]) -> Any:
     return hook
 
 
-def _json_duplicates(text: str, file: str | None, keys: list[str]) -> list[Issue]:
-    """Locate duplicate keys of a JSON text (JSON is YAML flow syntax, so compose it)."""
-    try:
-        root = _compose(text, file)
-        if root is not None:
-            _construct(root, file)
-    except DocumentError as exc:
-        found = [i for i in exc.issues if i.code == "duplicate_key"]
-        if found:
-            return found
-    except (yaml.YAMLError, RecursionError):
-        pass
-    return [Issue(code="duplicate_key", message=f"key {k!r} appears twice in a mapping",
-                  file=file) for k in dict.fromkeys(keys)]
+_JSON_WS = re.compile(r"[ \t\n\r]*")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+
+
+@dataclass
+class _JsonIndex:
+    """Where every value of a JSON text starts (and, for object members, its key).
+
+    Built by a small structural scanner only when an issue needs a position, so JSON
+    documents get lines and columns without going through a YAML parser.
+    """
+
+    where: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    duplicates: list[tuple[str, int]] = field(default_factory=list)
+    not_finite: list[int] = field(default_factory=list)
+
+
+def _index_json(text: str) -> _JsonIndex:
+    from json import decoder
+
+    scanstring: Any = getattr(decoder, "scanstring")  # noqa: B009 - untyped in typeshed
+    index = _JsonIndex()
+
+    def ws(i: int) -> int:
+        m = _JSON_WS.match(text, i)
+        return m.end() if m else i
+
+    def value(i: int, ptr: str, key_at: int | None, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise ValueError("too deep")
+        index.where.setdefault(ptr, (i, key_at))
+        c = text[i]
+        if c in "{[":
+            closing = "}" if c == "{" else "]"
+            i = ws(i + 1)
+            if text[i] == closing:
+                return i + 1
+            n = 0
+            seen: set[str] = set()
+            while True:
+                if c == "{":
+                    k_at = i
+                    key, i = scanstring(text, i + 1)
+                    sub = f"{ptr}/{pointer_escape(key)}"
+                    if key in seen:
+                        index.duplicates.append((sub, k_at))
+                    seen.add(key)
+                    i = ws(ws(i) + 1)  # past ':'
+                    i = value(i, sub, k_at, depth + 1)
+                else:
+                    i = value(i, f"{ptr}/{n}", None, depth + 1)
+                    n += 1
+                i = ws(i)
+                if text[i] == ",":
+                    i = ws(i + 1)
+                    continue
+                return i + 1
+        if c == '"':
+            return int(scanstring(text, i + 1)[1])
+        for word in ("true", "false", "null"):
+            if text.startswith(word, i):
+                return i + len(word)
+        for word in ("NaN", "Infinity", "-Infinity"):
+            if text.startswith(word, i):
+                index.not_finite.append(i)
+                return i + len(word)
+        m = _JSON_NUMBER.match(text, i)
+        if m is None or m.end() == i:
+            raise ValueError(f"unexpected JSON at {i}")
+        number = m.group(0)
+        if any(ch in number for ch in ".eE") and not math.isfinite(float(number)):
+            index.not_finite.append(i)
+        return m.end()
+
+    with contextlib.suppress(ValueError, IndexError, RecursionError):
+        value(ws(0), "", None, 0)  # on a problem, the index covers what could be scanned
+    return index
+
+
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _json_issue(code: str, message: str, text: str, file: str | None, offset: int | None,
+                path: str | None = None) -> Issue:
+    line = col = None
+    if offset is not None:
+        line, col = _line_col(text, offset)
+    return Issue(code=code, message=message, file=file, line=line, column=col, path=path)
+
+
+def _too_deep(data: Any) -> bool:
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return False
 
 
 def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
@@ -383,18 +506,29 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
         dups: list[str] = []
         try:
             data = json.loads(text, object_pairs_hook=_json_pairs(dups),
-                              parse_constant=_reject_constant)
+                              parse_constant=_reject_constant, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             raise DocumentError([Issue(code="syntax", message=f"not valid JSON: {exc.msg}",
                                        file=file, line=exc.lineno, column=exc.colno)]) from None
-        except ValueError as exc:
-            raise DocumentError([Issue(code="syntax", message=f"not valid JSON: {exc}",
-                                       file=file)]) from None
+        except _NotFinite as exc:
+            where = _index_json(text).not_finite
+            raise DocumentError([_json_issue(
+                "syntax", f"not valid JSON: {exc}", text, file,
+                where[0] if where else None)]) from None
         except RecursionError:
             raise DocumentError([Issue(code="too_large", file=file,
-                                       message="nesting too deep")]) from None
+                                       message=f"nesting deeper than {MAX_DEPTH} levels")]
+                                ) from None
+        if _too_deep(data):
+            raise DocumentError([Issue(code="too_large", file=file,
+                                       message=f"nesting deeper than {MAX_DEPTH} levels")])
         if dups:
-            raise DocumentError(_json_duplicates(text, file, dups))
+            found = _index_json(text).duplicates
+            raise DocumentError([
+                _json_issue("duplicate_key", f"key {split_pointer(ptr)[-1]!r} appears twice "
+                            "in this mapping; keep only one", text, file, at, ptr)
+                for ptr, at in found] or [Issue(code="duplicate_key", file=file, message=(
+                    f"key {dups[0]!r} appears twice in a mapping"))])
         return Document(data=data, file=file, text=text, kind="json")
 
     try:

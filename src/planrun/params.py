@@ -18,6 +18,7 @@ time; what remains is a :class:`Template` resolved when its step runs.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -395,6 +396,17 @@ def references(value: Any) -> Iterator[tuple[str, Ref]]:
                 yield ptr, seg
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is too large")
+    return number
+
+
 def parse_cli_value(raw: str, schema: Any) -> Any:
     """A ``-p NAME=VALUE`` value parsed by the parameter's declared type (SPEC §3).
 
@@ -419,8 +431,10 @@ def parse_cli_value(raw: str, schema: Any) -> Any:
             if re.fullmatch(r"[-+]?[0-9]+", raw):
                 return int(raw)
             if re.fullmatch(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", raw):
-                return float(raw)
-            errors.append("a number")
+                number = float(raw)
+                if math.isfinite(number):
+                    return number
+            errors.append("a finite number")
         elif t == "boolean":
             if raw in ("true", "false"):
                 return raw == "true"
@@ -431,7 +445,7 @@ def parse_cli_value(raw: str, schema: Any) -> Any:
             errors.append("null")
         elif t in ("array", "object"):
             try:
-                v = json.loads(raw)
+                v = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
             except ValueError:
                 errors.append(f"a JSON {t}")
                 continue

@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 
     from .models import Tool
 
-#: Programs whose ``-c``/``-e`` argument is script text: no ``{name}`` may appear in it.
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish",
-                    "csh", "tcsh", "python", "python3", "perl", "ruby", "node", "pwsh",
-                    "powershell"})
 _ARGV_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_-]*)\}")
 
 
@@ -77,11 +73,40 @@ def schema_problems(schema: Any) -> list[tuple[str, str]]:
         return [("", f"a JSON Schema must be an object, not {type(schema).__name__}")]
     meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
     errors = list(meta.iter_errors(schema))
-    if not errors:
+    if errors:
+        err = best_match(errors)
+        ptr = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.path)
+        return [(ptr, f"not a valid JSON Schema: {err.message}")]
+    return _unresolvable_refs(schema)
+
+
+def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
+    """Every ``$ref`` must resolve inside the schema (nothing is fetched from elsewhere)."""
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    if not isinstance(schema, dict):
         return []
-    err = best_match(errors)
-    ptr = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.path)
-    return [(ptr, f"not a valid JSON Schema: {err.message}")]
+    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    out: list[tuple[str, str]] = []
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, ptr = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                try:
+                    resolver.lookup(ref)
+                except Unresolvable:
+                    out.append((ptr + "/$ref", f"$ref {ref!r} does not resolve inside this "
+                                "schema (only local references like #/$defs/NAME)"))
+            for k, v in node.items():
+                if k not in ("const", "enum", "default", "examples"):
+                    stack.append((v, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
+    return out
 
 
 @dataclass
@@ -166,35 +191,77 @@ def _argv_names(element: str) -> list[str]:
     return [m.group(1) for m in _ARGV_PLACEHOLDER.finditer(element) if m.group(1)]
 
 
-def _script_indices(argv: list[str]) -> set[int]:
-    """Indices of argv elements that are script text (the argument after ``-c``/``-e``)."""
-    out: set[int] = set()
-    i = 0
-    # `env [-i] [NAME=V ...] PROG ...` and `busybox sh ...` run the program after them.
-    while i < len(argv):
-        prog = Path(argv[i]).name
-        if prog == "env":
-            i += 1
-            while i < len(argv) and (argv[i].startswith("-") or "=" in argv[i]):
-                i += 1
-            continue
-        if prog == "busybox" and i + 1 < len(argv):
-            i += 1
-            continue
-        break
-    if i >= len(argv):
-        return out
-    prog = Path(argv[i]).name
+_SH_FAMILY = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh",
+                        "tcsh", "yash", "posh"})
+#: Interpreter → the options whose argument (the next non-option) is program text.
+_SCRIPT_FLAGS: dict[str, frozenset[str]] = {
+    "python": frozenset({"-c"}),
+    "perl": frozenset({"-e", "-E"}),
+    "ruby": frozenset({"-e"}),
+    "node": frozenset({"-e", "--eval", "-p", "--print"}),
+    "pwsh": frozenset({"-c", "-Command", "-command", "-EncodedCommand"}),
+    "powershell": frozenset({"-c", "-Command", "-command", "-EncodedCommand"}),
+}
+
+
+def _interpreter(element: str) -> str | None:
+    """``bash`` for ``/usr/bin/bash``, ``python`` for ``python3.11``; None otherwise."""
+    prog = Path(element).name
     base = re.sub(r"[\d.]+$", "", prog)
-    if prog not in SHELLS and base not in SHELLS:
-        return out
-    for j in range(i + 1, len(argv)):
-        arg = argv[j]
-        if arg in ("-c", "-e", "--command", "-Command") or (
-            re.fullmatch(r"-[A-Za-z]*[ce][A-Za-z]*", arg) and not arg.startswith("--")
-        ):
-            if j + 1 < len(argv):
-                out.add(j + 1)
+    for name in (prog, base):
+        if name in _SH_FAMILY or name in _SCRIPT_FLAGS:
+            return name
+    return None
+
+
+def _script_indices(argv: list[str]) -> set[int]:
+    """Indices of argv elements that are program text.
+
+    The command string of a shell (``sh -c``, ``bash -ec``, ``fish --command``),
+    ``python -c``, ``perl -e``, ``node -e`` …, wherever the interpreter appears (after
+    ``env``, ``timeout``, ``sudo``, ``xargs``, ``find -exec`` …), and the string ``env -S``
+    splits into arguments. ``sed`` and ``awk`` programs are not recognised (documented).
+    """
+    out: set[int] = set()
+    for i, element in enumerate(argv):
+        if Path(element).name == "env":
+            for j in range(i + 1, len(argv) - 1):
+                if argv[j] in ("-S", "--split-string"):
+                    out.add(j + 1)
+            for j in range(i + 1, len(argv)):
+                if argv[j].startswith(("--split-string=", "-S")) and argv[j] != "-S":
+                    out.add(j)
+        name = _interpreter(element)
+        if name is None:
+            continue
+        flagged = skip_value = False
+        for j in range(i + 1, len(argv)):
+            arg = argv[j]
+            if arg == "--":
+                if flagged and j + 1 < len(argv):
+                    out.add(j + 1)
+                break
+            if name in _SH_FAMILY:
+                is_flag = arg == "--command" or bool(
+                    re.fullmatch(r"[-+][A-Za-z]*c[A-Za-z]*", arg))
+            else:
+                is_flag = arg in _SCRIPT_FLAGS[name] or any(
+                    arg.startswith(f + "=") for f in _SCRIPT_FLAGS[name] if f.startswith("--"))
+                if is_flag and "=" in arg:
+                    out.add(j)
+                    break
+            if is_flag:
+                flagged = True
+                continue
+            if skip_value:
+                skip_value = False
+                continue
+            if arg.startswith(("-", "+")) and arg not in ("-", "+"):
+                # another option; `-o NAME` / `+O NAME` of a shell take a value
+                skip_value = name in _SH_FAMILY and arg in ("-o", "+o", "-O", "+O")
+                continue
+            if flagged:
+                out.add(j)  # the first operand after the flag is the program text
             break
     return out
 

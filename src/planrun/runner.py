@@ -169,8 +169,10 @@ def record_decision(journal: Journal, run_id: str, request: ApprovalRequest,
 
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[None]:
-    """While tools run, whatever they print goes to stderr: stdout is for results only
-    (the manifest, ``--json``), so a chatty python tool cannot corrupt it.
+    """While tools run, whatever they print goes to stderr.
+
+    stdout is for results only (the manifest, ``--json``), so a chatty python tool cannot
+    corrupt it.
     """
     sys.stdout.flush()
     try:

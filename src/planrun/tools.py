@@ -205,9 +205,12 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         code = proc.returncode
         how = f"killed by signal {-code}" if code is not None and code < 0 else \
             f"exited with status {code}"
-        tail = _tail(err)
-        raise ToolFailure({"code": "exit_status", "exit_code": code,
-                           "message": f"{argv[0]} {how}" + (f": {tail}" if tail else "")})
+        tail = _tail(err) or _tail(out)  # some programs report failures on stdout
+        error: dict[str, Any] = {"code": "exit_status", "exit_code": code,
+                                 "message": f"{argv[0]} {how}" + (f": {tail}" if tail else "")}
+        if err and out:
+            error["stdout_tail"] = _tail(out)
+        raise ToolFailure(error)
     mode = tool.output_mode
     if mode == "none":
         return None

@@ -53,7 +53,11 @@ def err(text: str = "") -> None:
 
 def print_json(value: Any) -> None:
     """A JSON document on stdout (secrets masked)."""
-    sys.stdout.write(json.dumps(redact.value(value), indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(redact.value(value), indent=2, ensure_ascii=False)
+    try:
+        sys.stdout.write(text + "\n")
+    except UnicodeEncodeError:  # a terminal that is not UTF-8, or lone surrogates
+        sys.stdout.write(json.dumps(redact.value(value), indent=2) + "\n")
 
 
 def print_error(exc: PlanrunError, verbose: bool = False) -> None:

@@ -35,8 +35,6 @@ from .params import (
 from .paths import Settings
 from .registry import ToolRegistry, ToolSpec, schema_problems, strict_validator
 
-_WHEN_STEPS = re.compile(r"\bsteps\s*\.\s*([A-Za-z][A-Za-z0-9_-]*)")
-_WHEN_PARAMS = re.compile(r"\bparams\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _FANOUT_ONLY = ("max_parallel", "max_items", "on_item_error")
 
 
@@ -221,7 +219,7 @@ def _resolve_params(declared: dict[str, Any], given: ParamInput, concrete: bool,
         elif concrete:
             out.add("param_missing",
                     f"parameter {name!r} is required and has no value: give -p {name}=VALUE "
-                    "or --params-file", path=pointer("params", name), located=False)
+                    "or --params-file", path=pointer("params", name), key=True)
             values[name] = UNKNOWN
         else:
             values[name] = UNKNOWN
@@ -471,9 +469,7 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                 _check_ref(out, ref, sid, f"{base}/for_each{ptr}", True, ids, deps,
                            cycle is None, registry, steps, used, declared)
         if model.when is not None:
-            for pname in _WHEN_PARAMS.findall(model.when):
-                used.add(pname)
-            _check_when(out, model.when, sid, base, ids, deps, cycle is None, declared)
+            _check_when(out, model.when, sid, base, ids, deps, cycle is None, declared, used)
         problems: list[Problem] = []
         arguments = substitute(model.arguments, values, f"{base}/arguments", problems)
         for_each = substitute(fe, values, f"{base}/for_each", problems) if fe is not None \
@@ -588,20 +584,23 @@ def _check_output_path(out: _Collector, ref: StepRef, sid: str, where: str,
 
 
 def _check_when(out: _Collector, expr: str, sid: str, base: str, ids: dict[str, int],
-                deps: dict[str, list[str]], acyclic: bool, declared: dict[str, Any]) -> None:
-    from .conditions import ConditionError, compile_condition
+                deps: dict[str, list[str]], acyclic: bool, declared: dict[str, Any],
+                used: set[str]) -> None:
+    from .conditions import ConditionError, compile_condition, references
 
     try:
         compile_condition(expr)
+        param_refs, step_refs = references(expr)
     except ConditionError as exc:
         out.add("condition", f"step {sid!r}: when does not compile: {exc}", step=sid,
                 path=base + "/when")
         return
-    for ref in _WHEN_STEPS.findall(expr):
+    used.update(param_refs)
+    for ref in sorted(step_refs):
         if ref not in ids or ref == sid or (acyclic and not graph.is_ancestor(ref, sid, deps)):
             out.add("condition", f"step {sid!r}: when reads steps.{ref}, which is not a step "
                     f"{sid!r} depends on", step=sid, path=base + "/when")
-    for pname in _WHEN_PARAMS.findall(expr):
+    for pname in sorted(param_refs):
         if pname not in declared:
             out.add("condition", f"step {sid!r}: when reads params.{pname}, which the plan "
                     "does not declare", step=sid, path=base + "/when")

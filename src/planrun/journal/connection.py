@@ -104,10 +104,19 @@ def open_write(path: Path) -> sqlite3.Connection:
         raise _fail(path, exc, "open") from None
     try:
         _pragmas(conn)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise sqlite3.OperationalError(f"cannot switch to WAL (mode {mode})")
-        migrate(conn, path)
+        ready = (str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+                 and _version(conn) == SCHEMA_VERSION)
+        if not ready:
+            # Switching to WAL and migrating need the database to themselves; SQLite may
+            # answer "database is locked" to a second process doing the same at once
+            # without waiting, so processes set a journal up one at a time.
+            with _setup_lock(path):
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise sqlite3.OperationalError(f"cannot switch to WAL (mode {mode})")
+                migrate(conn, path)
+        else:
+            _check_version(path, _version(conn))
     except JournalError:
         conn.close()
         raise
@@ -115,6 +124,26 @@ def open_write(path: Path) -> sqlite3.Connection:
         conn.close()
         raise _fail(path, exc, "write") from None
     return conn
+
+
+@contextmanager
+def _setup_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``<journal>.setup-lock`` (POSIX ``flock``).
+
+    Held while a journal is switched to WAL and migrated.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: rely on SQLite's own locking
+        yield
+        return
+    lock = path.with_name(path.name + ".setup-lock")
+    with open(lock, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def open_read(path: Path) -> sqlite3.Connection | None:

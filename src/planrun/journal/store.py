@@ -83,7 +83,13 @@ def dumps(value: Any) -> str:
     """Compact JSON for a column, secret parameter values masked (``planrun.redact``)."""
     if redact.active():
         value = redact.value(value)
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (undecodable file names): escape them
+            text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return text
 
 
 def _loads(text: str | None) -> Any:
