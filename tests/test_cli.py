@@ -180,8 +180,6 @@ def test_help_lists_the_commands() -> None:
         assert re.search(rf"^\s+{command}\s", result.stdout, re.M), command
 
 
-@pytest.mark.xfail(strict=True, reason="BUG/MISSING: SPEC §8 'Other commands' show, graph, "
-                   "tools, schema and init are not implemented by planrun.cli")
 def test_help_lists_the_other_commands_of_the_spec() -> None:
     result = invoke(None, "--help")
     for command in ("show", "graph", "tools", "schema", "init"):

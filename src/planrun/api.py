@@ -170,6 +170,21 @@ def policy_check(settings: Settings) -> Report:
     return Report(issues=lint(policy, irreversible, shown))
 
 
+def plan_for_viewing(settings: Settings, name: str, given: ParamInput | None = None
+                     ) -> CheckedPlan:
+    """A checked plan for ``show`` and ``graph`` (parameters without values are fine).
+
+    Raises:
+        Refused: the registry or the plan has errors (exit 3, with the report).
+    """
+    registry = load_registry(settings)
+    loaded = check(settings, name, registry, given, concrete=bool(given and given.given))
+    if loaded.plan is None:
+        raise Refused(f"plan {name!r} does not pass validation",
+                      code=_first_code(loaded.report), report=Report(plans=[loaded.report]))
+    return loaded.plan
+
+
 @dataclass
 class DryRun:
     """What ``execute --dry-run`` would do: order, approvals, parameters."""

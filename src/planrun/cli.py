@@ -24,7 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -50,7 +50,9 @@ ParamsFileOpt = Annotated[str | None, typer.Option(
     "--params-file", help="YAML or JSON file of parameter values.", metavar="FILE")]
 
 
-RunArg = Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).")]
+RunArg = Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).",
+                                       autocompletion=lambda incomplete: _complete_runs(
+                                           incomplete))]
 ApproveOpt = Annotated[list[str] | None, typer.Option(
     "--approve", help="Clear this step without asking; repeatable.", metavar="STEP")]
 ApproveAllOpt = Annotated[bool, typer.Option(
@@ -127,7 +129,8 @@ def _root(
 @app.command()
 def validate(
     plans: Annotated[list[str] | None, typer.Argument(
-        help="Plan names or files (default: every plan in the plans folder).")] = None,
+        help="Plan names or files (default: every plan in the plans folder).",
+        autocompletion=lambda incomplete: _complete_plans(incomplete))] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
     param: ParamOpt = None,
@@ -151,7 +154,7 @@ def validate(
 
 @app.command()
 def execute(
-    plan: Annotated[str, typer.Argument(help="Plan name (in the plans folder) or file path.")],
+    plan: PlanArg,
     param: ParamOpt = None,
     params_file: ParamsFileOpt = None,
     approve: ApproveOpt = None,
@@ -214,8 +217,8 @@ def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn
 @app.command()
 def resume(
     run: Annotated[str | None, typer.Argument(
-        help="Run id or prefix (default: the most recent interrupted or running run).")
-    ] = None,
+        help="Run id or prefix (default: the most recent interrupted or running run).",
+        autocompletion=lambda incomplete: _complete_runs(incomplete))] = None,
     explain: Annotated[bool, typer.Option(
         "--explain", help="Print what resume would do per step, and why; change "
         "nothing.")] = False,
@@ -340,6 +343,152 @@ def unlock(
         ui.out(f"run {result['run_id']} had no lease")
 
 
+def _complete_plans(incomplete: str) -> list[str]:
+    """Plan names of the project found from the current folder (empty on any problem)."""
+    try:
+        from .paths import load_settings, plan_names
+
+        return [n for n in plan_names(load_settings().plans_dir) if n.startswith(incomplete)]
+    except Exception:  # completion must never fail loudly
+        return []
+
+
+def _complete_runs(incomplete: str) -> list[str]:
+    """Recent run ids from the journal (read-only; empty on any problem)."""
+    try:
+        from .journal import Journal
+        from .paths import load_settings
+
+        with Journal(load_settings().journal, write=False) as journal:
+            return [r["run_id"] for r in journal.list_runs(limit=50)
+                    if r["run_id"].startswith(incomplete)]
+    except Exception:  # completion must never fail loudly
+        return []
+
+
+PlanArg = Annotated[str, typer.Argument(help="Plan name (in the plans folder) or file path.",
+                                        autocompletion=_complete_plans)]
+
+
+class GraphFormat(StrEnum):
+    """Formats of ``planrun graph``."""
+
+    mermaid = "mermaid"
+    dot = "dot"
+
+
+class SchemaKind(StrEnum):
+    """File formats ``planrun schema`` describes."""
+
+    plan = "plan"
+    tools = "tools"
+
+
+class Shell(StrEnum):
+    """Shells ``planrun completion`` writes a script for."""
+
+    bash = "bash"
+    zsh = "zsh"
+    fish = "fish"
+
+
+@app.command()
+def show(
+    plan: PlanArg,
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show a plan: parameters, steps in run order, which need approval and why."""
+    from . import api, ui, views
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+    checked = _guard(lambda: api.plan_for_viewing(settings, plan, given), verbose, as_json)
+    data = views.describe_plan(checked)
+    if as_json:
+        ui.print_json(data)
+    else:
+        ui.print_plan(data)
+
+
+@app.command()
+def graph(
+    plan: PlanArg,
+    fmt: Annotated[GraphFormat, typer.Option("--format", help="Graph language.")
+                   ] = GraphFormat.mermaid,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Print a plan's dependency graph (Mermaid or Graphviz DOT)."""
+    from . import api, views
+
+    settings = _guard(lambda: _settings(project, journal), verbose)
+    checked = _guard(lambda: api.plan_for_viewing(settings, plan), verbose)
+    sys.stdout.write(views.render_graph(checked, fmt.value))
+
+
+@app.command()
+def tools(
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List the registered tools with their arguments and flags."""
+    from . import api, ui, views
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    registry = _guard(lambda: api.load_registry(settings), verbose, as_json)
+    data = views.describe_tools(registry)
+    if as_json:
+        ui.print_json(data)
+    else:
+        ui.print_tools(data)
+
+
+@app.command()
+def schema(
+    kind: Annotated[SchemaKind, typer.Argument(help="plan or tools.")],
+) -> None:
+    """Print the JSON Schema of the plan format or of tools.yaml (for editors)."""
+    from . import ui, views
+
+    ui.print_json(views.json_schema(kind.value))
+
+
+@app.command()
+def init(
+    folder: Annotated[str, typer.Argument(help="Where to create the project.")] = ".",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Create a starter project (planrun.toml, tools.yaml, plans/hello.yaml)."""
+    from pathlib import Path
+
+    from . import ui, views
+
+    written = _guard(lambda: views.init_project(Path(folder)), verbose)
+    for path in written:
+        ui.out(f"created {path}")
+    ui.out("next: planrun validate && planrun execute hello")
+
+
+@app.command(hidden=True)
+def completion(
+    shell: Annotated[Shell, typer.Argument(help="bash, zsh or fish.")],
+) -> None:
+    """Print the shell completion script (the files in completions/ are this output)."""
+    from typer._completion_shared import get_completion_script
+
+    sys.stdout.write(get_completion_script(prog_name="planrun",
+                                           complete_var="_PLANRUN_COMPLETE",
+                                           shell=shell.value).rstrip("\n") + "\n")
+
+
 policy_app = typer.Typer(help="Inspect the [policy] of planrun.toml.", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")
 
@@ -364,7 +513,7 @@ def policy_check(
 
 @app.command()
 def status(
-    run: Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).")],
+    run: RunArg,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -408,7 +557,7 @@ def runs(
 
 @app.command()
 def log(
-    run: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
+    run: RunArg,
     tracebacks: Annotated[bool, typer.Option("--tracebacks", help="Show tools' "
                                              "tracebacks.")] = False,
     as_json: JsonOpt = False,
@@ -433,7 +582,7 @@ def log(
 
 @app.command()
 def output(
-    run: Annotated[str, typer.Argument(help="Run id or unique prefix.")],
+    run: RunArg,
     step: Annotated[str, typer.Argument(help="Step id.")],
     item: Annotated[int | None, typer.Option("--item", help="A fan-out item's index.",
                                              min=0)] = None,

@@ -334,3 +334,50 @@ def print_explain(report: dict[str, Any]) -> None:
         out(f"  {s['action']:<7} {s['step']} ({s['tool']}): {s['why']}")
     if report["would_stop"]:
         out("resume would stop before running anything (see above)")
+
+
+def print_plan(data: dict[str, Any]) -> None:
+    """``planrun show``: goal, parameters, steps in run order."""
+    out(f"plan {data['name']} r{data['revision']} ({data['file']})")
+    out(f"goal: {data['goal']}")
+    if data["params"]:
+        out("parameters:")
+        for p in data["params"]:
+            kind = p["type"] if isinstance(p["type"], str) else json.dumps(p["type"])
+            need = "required" if p["required"] else f"default {json.dumps(p['default'])}"
+            secret = ", secret" if p["secret"] else ""
+            desc = f" — {p['description']}" if p["description"] else ""
+            out(f"  {p['name']}: {kind} ({need}{secret}){desc}")
+    out("steps, in run order:")
+    for n, s in enumerate(data["steps"], 1):
+        bits = [f"{n}. {s['id']} ({s['tool']})"]
+        if s["depends_on"]:
+            bits.append(f"after {', '.join(s['depends_on'])}")
+        if s["fan_out"]:
+            bits.append("fan-out")
+        if s["when"]:
+            bits.append(f"when {s['when']}")
+        if s["approval"]:
+            bits.append(f"needs approval ({s['approval']})")
+        out("  " + "; ".join(bits))
+        if s["intent"]:
+            out(f"       {s['intent']}")
+
+
+def print_tools(rows: list[dict[str, Any]]) -> None:
+    """``planrun tools``: one block per tool."""
+    if not rows:
+        out("no tools registered")
+    for t in rows:
+        flags = [t["kind"]]
+        if t["irreversible"]:
+            flags.append("irreversible")
+        if t["idempotent"]:
+            flags.append("idempotent")
+        if t["timeout"]:
+            flags.append(f"timeout {t['timeout']:g}s")
+        out(f"{t['name']} ({', '.join(flags)})" + (f": {t['description']}"
+                                                  if t["description"] else ""))
+        for a in t["arguments"]:
+            kind = a["type"] if isinstance(a["type"], str) else json.dumps(a["type"])
+            out(f"    {a['name']}: {kind}{'' if a['required'] else ' (optional)'}")

@@ -1,0 +1,1 @@
+complete --command planrun --no-files --arguments "(env _PLANRUN_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) planrun)" --condition "env _PLANRUN_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) planrun"
