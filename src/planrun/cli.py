@@ -180,10 +180,11 @@ def execute(
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
     given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
     approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
-    result = _guard(lambda: api.execute(
-        settings, plan, given, approve=approve or [], approve_all=approve_all,
-        approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        dry_run=dry_run), verbose, as_json)
+    with ui.progress_reporter(quiet, no_color) as progress:
+        result = _guard(lambda: api.execute(
+            settings, plan, given, approve=approve or [], approve_all=approve_all,
+            approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+            dry_run=dry_run, progress=progress), verbose, as_json)
     if isinstance(result, api.DryRun):
         if as_json:
             ui.print_json({"plan": result.plan.name, "order": result.order,
@@ -248,9 +249,11 @@ def resume(
             ui.print_explain(report)
         raise typer.Exit(0)
     approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
-    result = _guard(lambda: lifecycle.resume(
-        settings, run, given, approve=approve or [], approve_all=approve_all,
-        approver=approver, max_parallel=max_parallel), verbose, as_json)
+    with ui.progress_reporter(quiet, no_color) as progress:
+        result = _guard(lambda: lifecycle.resume(
+            settings, run, given, approve=approve or [], approve_all=approve_all,
+            approver=approver, max_parallel=max_parallel, progress=progress),
+            verbose, as_json)
     _finish(result, as_json, no_color)
 
 
@@ -315,10 +318,11 @@ def retry(
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
     given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
     approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
-    result = _guard(lambda: lifecycle.retry(
-        settings, run, given, approve=approve or [], approve_all=approve_all,
-        approver=approver, max_parallel=max_parallel, keep_going=keep_going),
-        verbose, as_json)
+    with ui.progress_reporter(quiet, no_color) as progress:
+        result = _guard(lambda: lifecycle.retry(
+            settings, run, given, approve=approve or [], approve_all=approve_all,
+            approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+            progress=progress), verbose, as_json)
     _finish(result, as_json, no_color)
 
 

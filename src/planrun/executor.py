@@ -464,7 +464,8 @@ class Executor:
             return
         statuses = self.journal.fanout_begin(self.run_id, step.id, len(source))
         self.state[step.id].status = "running"
-        self._emit("started", step.id, items=len(source))
+        self._emit("started", step.id, items=len(source),
+                   done=sum(1 for st in statuses if st == "succeeded"))
         failed: list[tuple[int, dict[str, Any]]] = []
         unknown: list[int] = []
         stop_on_error = (step.raw.get("on_item_error") or "fail") == "fail"
@@ -496,6 +497,7 @@ class Executor:
                         left += 1
                         return  # stays pending
                     outcome = await self._attempts(step, prepared[0], prepared[1], idx)
+            self._emit("item_done", step.id, index=idx, status=outcome.status)
             if outcome.status == "failed":
                 assert outcome.error is not None
                 failed.append((idx, outcome.error))
@@ -569,7 +571,10 @@ class Executor:
                                  root_run_id=self.root_run_id, item=item)
             if item is None:
                 self.state[step.id].status = "running"
-            self._emit("started", where, attempt=attempt)
+            if item is None:
+                self._emit("started", step.id, attempt=attempt)
+            else:
+                self._emit("item_started", step.id, index=item, attempt=attempt)
             self._crash_at("dispatch", step.id, item)
             ctx = StepContext(run_id=run_id, step_id=step.id, item_index=item,
                               idempotency_key=key, attempt=attempt)

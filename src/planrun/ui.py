@@ -381,3 +381,138 @@ def print_tools(rows: list[dict[str, Any]]) -> None:
         for a in t["arguments"]:
             kind = a["type"] if isinstance(a["type"], str) else json.dumps(a["type"])
             out(f"    {a['name']}: {kind}{'' if a['required'] else ' (optional)'}")
+
+
+# --- live progress -----------------------------------------------------------------------------
+
+
+class PlainProgress:
+    """One line per event on stderr (not a terminal): no escape codes, easy to grep."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+
+    def __call__(self, kind: str, sid: str, info: dict[str, Any]) -> None:
+        """Report one executor event."""
+        import time
+
+        now = time.monotonic()
+        if kind == "started":
+            self.started[sid] = now
+            items = f" ({info['items']} items)" if "items" in info else ""
+            attempt = f" (attempt {info['attempt']})" if info.get("attempt", 1) > 1 else ""
+            err(f"planrun: {sid} started{items}{attempt}")
+        elif kind in ("succeeded", "failed", "indeterminate", "replayed"):
+            took = now - self.started.pop(sid, now)
+            detail = ""
+            if info.get("error"):
+                detail = f": [{info['error'].get('code')}] {info['error'].get('message')}"
+            err(f"planrun: {sid} {kind} in {took:.2f}s{detail}")
+        elif kind == "skipped":
+            err(f"planrun: {sid} skipped ({info.get('reason')}): {info.get('message')}")
+        elif kind == "retried":
+            e = info.get("error") or {}
+            err(f"planrun: {sid} attempt {info.get('attempt')} failed ({e.get('code')}); "
+                "retrying")
+        else:
+            _special(kind, info)
+
+
+def _special(kind: str, info: dict[str, Any]) -> None:
+    if kind == "interrupt":
+        n = info.get("running", 0)
+        err(f"planrun: interrupted; no new step starts. Waiting up to {info.get('grace_s')}"
+            f" s for {n} running call(s); press Ctrl-C again to cancel them now.")
+    elif kind == "cancel":
+        err("planrun: cancelling the running calls now")
+    elif kind == "timeout":
+        err("planrun: the run's timeout ran out; cancelling the running calls")
+    elif kind == "lease_lost":
+        err("planrun: another process took this run's lease; stopping")
+
+
+class LiveProgress:
+    """A live view on a terminal.
+
+    A spinner and elapsed time per running step, a bar per fan-out step (done/total,
+    rate), and a line per finished step above them.
+    """
+
+    def __init__(self, no_color: bool = False) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.console = _console(stderr=True, no_color=no_color)
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            MofNCompleteColumn(), TaskProgressColumn(), TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(), console=self.console, transient=True)
+        self.tasks: dict[str, Any] = {}
+        self.live = False
+
+    def __enter__(self) -> LiveProgress:
+        return self  # the display starts with the first step (after any prompt)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.progress.stop()
+
+    def __call__(self, kind: str, sid: str, info: dict[str, Any]) -> None:
+        """Report one executor event."""
+        p = self.progress
+        if not self.live:
+            self.live = True
+            p.start()
+        if kind == "started":
+            total = info.get("items")
+            if sid in self.tasks:
+                return
+            self.tasks[sid] = p.add_task(sid, total=total, completed=info.get("done", 0),
+                                         rate="")
+        elif kind == "item_done" and sid in self.tasks:
+            task = self.tasks[sid]
+            p.advance(task)
+            speed = p.tasks[p.task_ids.index(task)].speed
+            p.update(task, rate=f"{speed:.0f} items/s" if speed else "")
+        elif kind in ("succeeded", "failed", "indeterminate", "replayed", "skipped"):
+            task = self.tasks.pop(sid, None)
+            took = ""
+            if task is not None:
+                elapsed = p.tasks[p.task_ids.index(task)].elapsed
+                took = f" {elapsed:.2f}s" if elapsed is not None else ""
+                p.remove_task(task)
+            mark = {"succeeded": "[green]✓[/]", "replayed": "[green]↺[/]",
+                    "failed": "[red]✗[/]", "indeterminate": "[magenta]?[/]",
+                    "skipped": "[dim]-[/]"}[kind]
+            detail = ""
+            if info.get("error"):
+                detail = f" [{info['error'].get('code')}] {info['error'].get('message')}"
+            elif kind == "skipped":
+                detail = f" ({info.get('reason')})"
+            from rich.markup import escape
+
+            self.console.print(f"{mark} {escape(sid)}{took}{escape(redact.text(detail))}")
+        elif kind not in ("item_started", "retried"):
+            _special(kind, info)
+
+
+def progress_reporter(quiet: bool, no_color: bool) -> Any:
+    """The progress display for a run.
+
+    Live on a terminal, plain lines elsewhere, nothing with ``--quiet``. Use it as a
+    context manager around the run.
+    """
+    import contextlib
+
+    if quiet:
+        return contextlib.nullcontext(None)
+    if is_terminal(sys.stderr) and os.environ.get("TERM") != "dumb":
+        return LiveProgress(no_color)
+    return contextlib.nullcontext(PlainProgress())
