@@ -605,7 +605,7 @@ def output(
 def main() -> None:
     """Console-script entry point."""
     try:
-        app()
+        app(prog_name="planrun")
     except KeyboardInterrupt:
         # Ctrl-C outside a run (while loading or validating): nothing was started.
         sys.stderr.write("planrun: interrupted\n")

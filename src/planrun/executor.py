@@ -148,6 +148,8 @@ class Executor:
         owner: this process's lease owner string (renewed while running), or None.
         pools: concurrency pools, NAME → most calls at once (``[pools]``).
         fresh: a new run (not resumed or retried): no idempotency key can exist yet.
+        also_leased: other runs whose lease this process holds and renews (a retry holds
+            its parent's).
         grace_s: seconds running calls get after the first SIGINT/SIGTERM.
     """
 
@@ -163,6 +165,7 @@ class Executor:
     owner: str | None = None
     pools: dict[str, int] = field(default_factory=dict)
     fresh: bool = False
+    also_leased: list[str] = field(default_factory=list)
     grace_s: float = GRACE_S
     stopping: str | None = None
     cancel_reason: tuple[str, str] | None = None
@@ -229,6 +232,8 @@ class Executor:
         assert self.owner is not None
         while True:
             await asyncio.sleep(LEASE_TTL_S / 3)
+            for other in self.also_leased:
+                self.journal.renew_lease(other, self.owner)
             if not self.journal.renew_lease(self.run_id, self.owner):
                 self.stopping = "the run's lease was taken by another process"
                 self._emit("lease_lost", "")
@@ -367,6 +372,8 @@ class Executor:
         elif outcome.status in ("failed", "indeterminate"):
             self._emit(outcome.status, step.id, error=outcome.error)
             self._stop(step.id, "timed out" if outcome.status == "indeterminate" else "failed")
+        elif outcome.status == "pending":
+            st.status = "pending"  # journaled pending too: resume runs it
 
     async def _run_step(self, step: CheckedStep) -> None:
         try:
@@ -497,6 +504,9 @@ class Executor:
                         left += 1
                         return  # stays pending
                     outcome = await self._attempts(step, prepared[0], prepared[1], idx)
+            if outcome.status == "pending":
+                left += 1
+                return
             self._emit("item_done", step.id, index=idx, status=outcome.status)
             if outcome.status == "failed":
                 assert outcome.error is not None
@@ -614,8 +624,10 @@ class Executor:
                 delay = float(policy["backoff_s"]) * (2 ** (attempt - 1))
                 journal.step_retried(run_id, step.id, attempt, error, delay, item=item)
                 self._emit("retried", where, attempt=attempt, error=error)
-                if delay:
+                if self.signal_exit is None and delay:
                     await asyncio.sleep(delay)
+                if self.signal_exit is not None:
+                    return Outcome("pending")  # interrupted: no new attempt; resume runs it
                 continue
             journal.step_finished(run_id, step.id, status="failed", key=key, error=error,
                                   item=item, defer=True)

@@ -211,7 +211,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
     with Journal(settings.journal, write=True) as journal:
         row = _resumable_run(journal, ref)
         run_id = row["run_id"]
-        journal.take_lease(run_id, owner)
+        journal.take_lease(run_id, owner, statuses=RESUMABLE)
         try:
             plan = _replan(journal, settings, row, given)
             if approve:
@@ -358,41 +358,55 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
                     else "Start a new run with planrun execute.")
             raise RunError(f"run {parent_id} is {row['status']}; only a failed run is "
                            "retried", code="run_not_resumable", hint=hint)
-        journal.take_lease(parent_id, owner)
-        journal.release_lease(parent_id, owner)
-        plan = _replan(journal, settings, row, given)
-        parent_rows = journal.step_rows(parent_id)
-        inherited = [r["step_id"] for r in parent_rows if r["status"] == "succeeded"
-                     and r["step_id"] in plan.by_id]
-        child = new_run_id()
-        options = json.loads(row["options_json"] or "{}")
-        parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
-        journal.create_run(run={
-            "run_id": child, "root_run_id": row["root_run_id"], "parent_run_id": parent_id,
-            "plan_name": row["plan_name"], "plan_file": row["plan_file"],
-            "plan_json": row["plan_json"], "digest": row["digest"],
-            "revision": row["revision"], "goal": row["goal"],
-            "params_json": dumps(runner.masked_params(plan)),
-            "contracts_json": dumps(runner.contracts(plan)),
-            "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going}),
-            "status": "running", "created_at": now(), "lease_owner": owner,
-            "lease_expires": time.time() + LEASE_TTL_S,
-        }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
-            event_data={"plan": plan.name, "retry_of": parent_id})
-        journal.owner = owner
-        journal.copy_succeeded(parent_id, child, inherited)
-        state = {sid: StepState("succeeded", json.loads(r["output_json"] or "null"))
-                 for r in parent_rows if (sid := r["step_id"]) in inherited}
-        to_run = set(plan.by_id) - set(inherited)
-        requests = [request_for(s) for s in plan.steps
-                    if s.approval_reason and s.id in to_run]
-        if requests:
-            runner.clear_approvals(journal, child, requests, set(approve or []), approve_all,
-                                   approver, on_deny="denied", plan=plan, policy=plan.policy)
-        return runner.drive(journal, settings, plan, run_id=child,
-                            root_run_id=row["root_run_id"], owner=owner,
-                            max_parallel=int(parallel), keep_going=keep_going, state=state,
-                            progress=progress)
+        # The parent's lease is held for the whole child run: two retries of one run at
+        # once would both re-run its failed steps.
+        journal.take_lease(parent_id, owner, statuses=("failed",))
+        try:
+            return _retry_child(journal, settings, row, given, owner, approve or [],
+                                approve_all, approver, max_parallel, keep_going, progress)
+        finally:
+            journal.release_lease(parent_id, owner)
+
+
+def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
+                 given: ParamInput | None, owner: str, approve: list[str],
+                 approve_all: bool, approver: Any, max_parallel: int | None,
+                 keep_going: bool, progress: Any) -> dict[str, Any]:
+    """Create and drive the child run of the failed run ``row`` (its lease is held)."""
+    parent_id = row["run_id"]
+    plan = _replan(journal, settings, row, given)
+    parent_rows = journal.step_rows(parent_id)
+    inherited = [r["step_id"] for r in parent_rows if r["status"] == "succeeded"
+                 and r["step_id"] in plan.by_id]
+    child = new_run_id()
+    options = json.loads(row["options_json"] or "{}")
+    parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
+    journal.create_run(run={
+        "run_id": child, "root_run_id": row["root_run_id"], "parent_run_id": parent_id,
+        "plan_name": row["plan_name"], "plan_file": row["plan_file"],
+        "plan_json": row["plan_json"], "digest": row["digest"],
+        "revision": row["revision"], "goal": row["goal"],
+        "params_json": dumps(runner.masked_params(plan)),
+        "contracts_json": dumps(runner.contracts(plan)),
+        "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going}),
+        "status": "running", "created_at": now(), "lease_owner": owner,
+        "lease_expires": time.time() + LEASE_TTL_S,
+    }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
+        event_data={"plan": plan.name, "retry_of": parent_id})
+    journal.owner = owner
+    journal.copy_succeeded(parent_id, child, inherited)
+    state = {sid: StepState("succeeded", json.loads(r["output_json"] or "null"))
+             for r in parent_rows if (sid := r["step_id"]) in inherited}
+    to_run = set(plan.by_id) - set(inherited)
+    requests = [request_for(s) for s in plan.steps
+                if s.approval_reason and s.id in to_run]
+    if requests:
+        runner.clear_approvals(journal, child, requests, set(approve), approve_all,
+                               approver, on_deny="denied", plan=plan, policy=plan.policy)
+    return runner.drive(journal, settings, plan, run_id=child,
+                        root_run_id=row["root_run_id"], owner=owner,
+                        max_parallel=int(parallel), keep_going=keep_going, state=state,
+                        progress=progress, also_leased=[parent_id])
 
 
 def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
@@ -407,7 +421,8 @@ def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
         run_id = journal.resolve_run_id(run_ref)
         row = journal.run_row(run_id)
         holder = row["lease_owner"]
-        if holder and holder_alive(holder) is True:
+        expired = (row["lease_expires"] or 0) < time.time()
+        if holder and holder_alive(holder) is True and not expired:
             raise RunError(f"run {run_id}'s lease is held by a live process on this host "
                            f"({holder})", code="run_busy",
                            hint="Stop that process (Ctrl-C or SIGTERM) instead.")

@@ -194,7 +194,7 @@ def _stdout_to_stderr() -> Iterator[None]:
 def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,
           root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
           state: dict[str, Any] | None = None, progress: Any = None,
-          fresh: bool = False) -> dict[str, Any]:
+          fresh: bool = False, also_leased: list[str] | None = None) -> dict[str, Any]:
     """Run the run's pending steps to the end, record its status, return its manifest.
 
     The manifest carries two private keys for the CLI: ``_exit`` (130/143 when
@@ -206,7 +206,8 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     executor = Executor(journal=journal, plan=plan, run_id=run_id, root_run_id=root_run_id,
                         project=settings.project, max_parallel=max_parallel,
                         keep_going=keep_going, progress=progress, owner=owner,
-                        state=state or {}, pools=settings.pools, fresh=fresh)
+                        state=state or {}, pools=settings.pools, fresh=fresh,
+                        also_leased=also_leased or [])
     # Python tools run in the project folder, like commands (SPEC §2), so that a relative
     # path means the same place to every tool of a plan.
     here = os.getcwd()

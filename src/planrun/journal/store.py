@@ -284,6 +284,7 @@ class Journal:
                 (attempt, key, ts, *args))
             if cur.rowcount != 1:
                 raise JournalError(f"step {step_id!r} of run {run_id} is not pending")
+            self._refuse_live_claim(c, key, run_id)
             c.execute(
                 "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
                 "status, claimed_at) VALUES (?, ?, ?, ?, ?, 'running', ?) "
@@ -293,6 +294,24 @@ class Journal:
             self._event(c, run_id, "step_started", step_id=step_id, item=item,
                         data={"attempt": attempt, "key": key}, ts=ts)
         return ts
+
+    @staticmethod
+    def _refuse_live_claim(c: sqlite3.Connection, key: str, run_id: str) -> None:
+        """Refuse a key another run has claimed and is still driving.
+
+        Two retries of one run at once must not both call the same non-idempotent step.
+        """
+        row = c.execute(
+            "SELECT k.run_id, r.lease_owner, r.lease_expires FROM idempotency_keys k "
+            "JOIN runs r ON r.run_id = k.run_id WHERE k.key = ? AND k.status = 'running' "
+            "AND k.run_id != ?", (key, run_id)).fetchone()
+        if row is None or not row[1]:
+            return
+        other, holder, expires = row
+        if (expires is None or expires >= time.time()) and holder_alive(holder) is not False:
+            raise RunError(f"run {other} ({holder}) is calling the same step with the same "
+                           "idempotency key right now", code="run_busy",
+                           hint="Wait for that run to finish.")
 
     def step_finished(self, run_id: str, step_id: str, *, status: str, key: str | None,
                       output: Any = None, error: dict[str, Any] | None = None,
@@ -467,21 +486,26 @@ class Journal:
 
     # --- leases, resume, resolve ------------------------------------------------------------
 
-    def take_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL_S) -> None:
+    def take_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL_S,
+                   statuses: tuple[str, ...] | None = None) -> None:
         """Take the run's lease for ``owner`` (SPEC §7 "Leases").
 
         A lease held by a live process is refused; a dead holder (same host, pid gone) or
-        an expired lease is taken over.
+        an expired lease is taken over. With ``statuses``, the run's status is checked in
+        the same transaction (a run another process just finished is not taken).
 
         Raises:
-            RunError: ``run_busy`` (exit 5).
+            RunError: ``run_busy``; ``run_not_resumable`` when the status is not one of
+                ``statuses`` (exit 5).
         """
         with self._write() as c:
-            row = c.execute("SELECT lease_owner, lease_expires FROM runs WHERE run_id = ?",
-                            (run_id,)).fetchone()
+            row = c.execute("SELECT lease_owner, lease_expires, status FROM runs "
+                            "WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 raise RunError(f"no run {run_id!r}", code="unknown_run")
-            holder, expires = row
+            holder, expires, status = row
+            if statuses is not None and status not in statuses:
+                raise RunError(f"run {run_id} is {status} now", code="run_not_resumable")
             if holder and holder != owner:
                 alive = holder_alive(holder)
                 expired = expires is not None and expires < time.time()

@@ -1,0 +1,309 @@
+"""SIGINT / SIGTERM sent to a real ``planrun execute`` (SPEC §5 "Signals"), and journals
+that cannot be used (SPEC §9, exit 6).
+
+The signal goes to the planrun process itself (its commands run in its session but do not
+get it), once the step is known to be running: the tool writes a start marker to the
+effects log before it blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+from contextlib import closing
+
+import pytest
+
+from planrun.executor import GRACE_S
+from planrun_cli import CliProject, wait_dead
+
+TOOLS = """
+tools:
+  once:
+    description: A python effect that must not happen twice
+    python: crashtools:record
+    arguments:
+      type: object
+      properties:
+        label: {type: string}
+      additionalProperties: false
+  wait:
+    description: Waits for a file (not idempotent)
+    python: crashtools:wait
+    arguments:
+      type: object
+      properties:
+        file: {type: string}
+      required: [file]
+      additionalProperties: false
+  retried:
+    description: Waits for a file; its first attempt fails, the next succeeds
+    python: crashtools:fail_first
+    retries: {max_attempts: 3, backoff_s: 0}
+    arguments:
+      type: object
+      properties:
+        hold: {type: string}
+      required: [hold]
+      additionalProperties: false
+  each:
+    description: Waits for a file, per item
+    python: crashtools:wait
+    arguments:
+      type: object
+      properties:
+        file: {type: string}
+        value: {}
+      required: [file]
+      additionalProperties: false
+  snooze:
+    description: A command that sleeps a minute
+    command: [{PY}, crashtools.py, sleep, "60"]
+    output: json
+    arguments: {type: object, additionalProperties: false}
+"""
+
+#: Time given to the process to take a signal before the test acts on the running call.
+#: Not an assertion: without it the call could end before planrun has seen the signal,
+#: and the run would (correctly) finish instead of being interrupted.
+SETTLE_S = 0.5
+
+
+@pytest.fixture
+def proj(cli: CliProject) -> CliProject:
+    cli.tools(TOOLS)
+    cli.plan("held", """
+        planrun: 1
+        goal: A step that runs until a file appears, between two others
+        steps:
+          - {id: a, tool: once, arguments: {label: a}}
+          - {id: w, tool: wait, depends_on: [a], arguments: {file: go}}
+          - {id: z, tool: once, depends_on: [w], arguments: {label: z}}
+    """)
+    return cli
+
+
+def run_id_of(proj: CliProject) -> str:
+    ((run_id,),) = proj.query("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1")
+    return str(run_id)
+
+
+@pytest.mark.parametrize(("signum", "exit_code"), [(signal.SIGINT, 130),
+                                                   (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_interrupts_the_run_and_resume_completes_it(
+        proj: CliProject, signum: int, exit_code: int) -> None:
+    p = proj.start("execute", "held", "--json")
+    proj.wait_started("w", p)
+    run_id = run_id_of(proj)
+    p.send_signal(signum)
+    time.sleep(SETTLE_S)
+    proj.touch("go")  # the running call ends inside the grace period
+    r = proj.finish(p)
+    assert r.returncode == exit_code, r
+    assert "Traceback" not in r.stderr, r
+    # The call that was running finished; nothing new was dispatched.
+    assert proj.counts() == {"a": 1, "w": 1}
+
+    st = proj.run("status", run_id, "--json")
+    assert st.returncode == 0, st
+    m = st.json
+    assert m["status"] == "interrupted"
+    assert m["resumable"] is True
+    assert m["next"] == f"planrun resume {run_id}"
+    assert [s["status"] for s in m["steps"]] == ["succeeded", "succeeded", "pending"]
+    kinds = [k for (k,) in proj.query("SELECT kind FROM events WHERE run_id = ? ORDER BY id",
+                                      run_id)]
+    assert kinds[-1] == "run_interrupted"
+    assert proj.query("SELECT lease_owner FROM runs") == [(None,)]
+
+    r = proj.run("resume", "--json")
+    assert r.returncode == 0, r
+    assert r.json["run_id"] == run_id
+    assert r.json["status"] == "completed"
+    assert proj.counts() == {"a": 1, "w": 1, "z": 1}
+    again = proj.run("resume", "--json")
+    assert again.returncode == 5, again
+    assert again.error_code == "run_not_resumable"
+    again = proj.run("resume", run_id, "--json")
+    assert again.returncode == 5, again
+    assert again.error_code == "run_not_resumable"
+
+
+def test_a_signal_during_a_fan_out_leaves_the_other_items_to_resume(
+        proj: CliProject) -> None:
+    proj.plan("fan", """
+        planrun: 1
+        goal: Items one at a time
+        steps:
+          - id: f
+            tool: each
+            for_each: [a, b, c]
+            max_parallel: 1
+            arguments: {file: go, value: "{item}"}
+          - {id: z, tool: once, depends_on: [f], arguments: {label: z}}
+    """)
+    p = proj.start("execute", "fan", "--json")
+    proj.wait_started("f#0", p)
+    run_id = run_id_of(proj)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(SETTLE_S)
+    proj.touch("go")
+    r = proj.finish(p)
+    assert r.returncode == 143, r
+    assert proj.counts() == {"f#0": 1}
+    m = proj.run("status", run_id, "--json").json
+    assert m["status"] == "interrupted"
+    assert m["steps"][0]["items"] == {"total": 3, "succeeded": 1, "failed": 0}
+
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 0, r
+    assert r.json["status"] == "completed"
+    assert proj.counts() == {"f#0": 1, "f#1": 1, "f#2": 1, "z": 1}
+    out = proj.run("output", run_id, "f")
+    assert [o["args"]["value"] for o in json.loads(out.stdout)] == ["a", "b", "c"]
+
+
+def test_no_retry_attempt_is_dispatched_after_a_signal(proj: CliProject) -> None:
+    proj.plan("retrying", """
+        planrun: 1
+        goal: A step with retries whose first attempt fails after the signal
+        steps:
+          - {id: r, tool: retried, arguments: {hold: go}}
+          - {id: z, tool: once, depends_on: [r], arguments: {label: z}}
+    """)
+    p = proj.start("execute", "retrying", "--json")
+    proj.wait_started("r", p)
+    run_id = run_id_of(proj)
+    p.send_signal(signal.SIGINT)
+    time.sleep(SETTLE_S)
+    proj.touch("go")  # attempt 1 now fails, inside the grace period
+    r = proj.finish(p)
+    assert r.returncode == 130, r
+    # "The first SIGINT stops dispatching": attempt 2 is a new call, it must wait for resume.
+    assert [e["attempt"] for e in proj.started("r")] == [1], proj.entries()
+    m = proj.run("status", run_id, "--json").json
+    assert [s["status"] for s in m["steps"]] == ["pending", "pending"]
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 0, r
+    assert proj.counts() == {"r": 1, "z": 1}
+
+
+@pytest.mark.parametrize("kind", ["command", "python"])
+def test_a_second_sigint_cancels_at_once(proj: CliProject, kind: str) -> None:
+    """The running call is cancelled (command killed / python call abandoned), not waited.
+
+    The first SIGINT alone would wait GRACE_S (10 s) for the call; the hang guard on the
+    process after the second SIGINT is shorter than that, so only an immediate cancel
+    passes. The call itself would take 60 s.
+    """
+    step, tool, args = (("snooze", "snooze", "{}") if kind == "command"
+                        else ("w", "wait", "{file: never}"))
+    proj.plan("long", f"""
+        planrun: 1
+        goal: A call that takes a minute
+        steps:
+          - {{id: a, tool: once, arguments: {{label: a}}}}
+          - {{id: {step}, tool: {tool}, depends_on: [a], arguments: {args}}}
+          - {{id: z, tool: once, depends_on: [{step}], arguments: {{label: z}}}}
+    """)
+    p = proj.start("execute", "long", "--json")
+    marker = proj.wait_started(step, p)
+    run_id = run_id_of(proj)
+    p.send_signal(signal.SIGINT)
+    time.sleep(SETTLE_S)
+    assert p.poll() is None, "the first SIGINT must wait for the running call"
+    p.send_signal(signal.SIGINT)
+    r = proj.finish(p, timeout=GRACE_S * 0.8)
+    assert r.returncode == 130, r
+    if kind == "command":
+        assert wait_dead(marker["pid"]), "the command was not killed"
+    assert proj.counts() == {"a": 1}
+
+    st = proj.run("status", run_id, "--json")
+    assert st.returncode == 0, st
+    m = st.json
+    assert m["status"] == "interrupted"
+    steps = {s["id"]: s for s in m["steps"]}
+    assert steps[step]["status"] == "indeterminate"
+    assert steps[step]["error"]["code"] == "interrupted"
+    assert steps["z"]["status"] == "pending"
+    # Its effect is unknown and the tool is not idempotent: resume asks a person.
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 5, r
+    assert r.error_code == "indeterminate"
+    assert proj.counts() == {"a": 1}
+
+
+# --- journals that cannot be used ----------------------------------------------------------
+
+
+def _unusable(proj: CliProject, journal: str, *args: str) -> None:
+    for json_flag in ((), ("--json",)):
+        r = proj.run(*args, "--journal", journal, *json_flag)
+        assert r.returncode == 6, r
+        assert "Traceback" not in r.stderr + r.stdout, r
+        stderr = r.stderr.splitlines()
+        assert stderr[0].startswith("planrun: error[journal]: "), r
+        assert journal in stderr[0], r
+        # One message line, then at most one indented hint line.
+        assert len(stderr) <= 2, r
+        assert all(line.startswith("  ") for line in stderr[1:]), r
+        if json_flag:
+            assert r.error_code == "journal", r
+        else:
+            assert r.stdout == "", r
+
+
+def test_journal_is_a_directory(proj: CliProject) -> None:
+    folder = proj.root.parent / "a-folder"
+    folder.mkdir()
+    _unusable(proj, str(folder), "execute", "held")
+    _unusable(proj, str(folder), "runs")
+    assert proj.counts() == {}
+    assert list(folder.iterdir()) == []
+
+
+def test_journal_is_not_a_database(proj: CliProject) -> None:
+    text = proj.root.parent / "notes.txt"
+    text.write_text("these are my notes, not a journal\n" * 20)
+    before = text.read_bytes()
+    _unusable(proj, str(text), "execute", "held")
+    _unusable(proj, str(text), "runs")
+    _unusable(proj, str(text), "status", "abcd1234")
+    _unusable(proj, str(text), "resume")
+    assert proj.counts() == {}
+    assert text.read_bytes() == before
+
+
+def test_journal_folder_is_a_file(proj: CliProject) -> None:
+    blocker = proj.root.parent / "blocker"
+    blocker.write_text("x")
+    _unusable(proj, str(blocker / "journal.sqlite3"), "execute", "held")
+    assert proj.counts() == {}
+
+
+def test_journal_from_a_newer_planrun(proj: CliProject) -> None:
+    newer = proj.root.parent / "newer.sqlite3"
+    with closing(sqlite3.connect(newer)) as conn:
+        conn.execute("PRAGMA user_version = 999")
+        conn.commit()
+    _unusable(proj, str(newer), "execute", "held")
+    _unusable(proj, str(newer), "runs")
+    assert proj.counts() == {}
+    with closing(sqlite3.connect(newer)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (999,)
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
+
+
+def test_journal_status_of_a_healthy_journal_still_reads(proj: CliProject) -> None:
+    """Control for the cases above: the same commands work on a usable journal."""
+    good = proj.root.parent / "good.sqlite3"
+    proj.touch("go")
+    r = proj.run("execute", "held", "--journal", str(good), "--json")
+    assert r.returncode == 0, r
+    runs = proj.run("runs", "--journal", str(good), "--json")
+    assert runs.returncode == 0, runs
+    assert [x["run_id"] for x in json.loads(runs.stdout)] == [r.json["run_id"]]
