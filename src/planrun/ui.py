@@ -453,7 +453,8 @@ class LiveProgress:
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
             MofNCompleteColumn(), TaskProgressColumn(), TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(), console=self.console, transient=True)
+            TimeElapsedColumn(), console=self.console, transient=True,
+            redirect_stdout=False, redirect_stderr=False)  # stdout is for results only
         self.tasks: dict[str, Any] = {}
         self.live = False
 
