@@ -7,9 +7,11 @@ CLI's job (:mod:`planrun.cli`, :mod:`planrun.ui`).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,9 +103,31 @@ def load_registry(settings: Settings) -> Any:
     return registry
 
 
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a large document is loaded and checked.
+
+    Loading allocates millions of acyclic objects, and the collector's passes over them
+    made validation time grow faster than the plan (2-3x slower at 100,000 steps).
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def check(settings: Settings, name: str, registry: Any, given: ParamInput | None,
           *, concrete: bool | None = None) -> Loaded:
     """Locate, load and check one plan; problems are in the report, never raised."""
+    with no_gc():
+        return _check(settings, name, registry, given, concrete=concrete)
+
+
+def _check(settings: Settings, name: str, registry: Any, given: ParamInput | None,
+           *, concrete: bool | None = None) -> Loaded:
     from .loading import DocumentError, load_file
     from .validation import check_plan, plan_name
 
@@ -248,6 +272,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
             event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest})
         journal.owner = owner
+        journal.fresh_keys = True
         if requests:
             runner.clear_approvals(journal, run_id, requests, set(approve), approve_all,
                                    approver, on_deny="denied", plan=plan,

@@ -53,8 +53,11 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
     given = given or ParamInput()
     merged = ParamInput(cli=dict(given.cli), env=dict(given.env),
                         file_values={**values, **given.file_values})
-    report, plan = check_plan(doc, registry, settings, merged, concrete=True,
-                              name_hint=row["plan_name"])
+    from .api import no_gc
+
+    with no_gc():
+        report, plan = check_plan(doc, registry, settings, merged, concrete=True,
+                                  name_hint=row["plan_name"])
     redact.register(report.secrets)
     if plan is None:
         journal.add_event(row["run_id"], "plan_refused",

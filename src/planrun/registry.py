@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,15 +64,20 @@ def strict_validator(schema: dict[str, Any] | bool) -> Validator:
     return v
 
 
+@lru_cache(maxsize=1)
+def _meta_validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
 def schema_problems(schema: Any) -> list[tuple[str, str]]:
     """(JSON Pointer inside the schema, message) for each way ``schema`` breaks 2020-12."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
     if not isinstance(schema, dict | bool):
         return [("", f"a JSON Schema must be an object, not {type(schema).__name__}")]
-    meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
-    errors = list(meta.iter_errors(schema))
+    errors = list(_meta_validator().iter_errors(schema))
     if errors:
         err = best_match(errors)
         ptr = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.path)

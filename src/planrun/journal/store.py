@@ -115,6 +115,10 @@ class Journal:
         self.owner: str | None = None
         #: Outcome records waiting to share the next write's transaction (group commit).
         self._deferred: list[Callable[[sqlite3.Connection], None]] = []
+        #: Runs whose lease was checked in the current transaction.
+        self._guarded: set[str] = set()
+        #: A fresh run's keys cannot be claimed by another run (its id is part of each).
+        self.fresh_keys = False
 
     def close(self) -> None:
         """Commit deferred outcome records, then close the connection.
@@ -159,8 +163,9 @@ class Journal:
         return len(self._deferred)
 
     def _guard(self, conn: sqlite3.Connection, run_id: str) -> None:
-        if self.owner is None:
-            return
+        if self.owner is None or run_id in self._guarded:
+            return  # checked once per transaction and run
+        self._guarded.add(run_id)
         row = conn.execute("SELECT lease_owner FROM runs WHERE run_id = ?",
                            (run_id,)).fetchone()
         if row is None or row[0] != self.owner:
@@ -284,7 +289,8 @@ class Journal:
                 (attempt, key, ts, *args))
             if cur.rowcount != 1:
                 raise JournalError(f"step {step_id!r} of run {run_id} is not pending")
-            self._refuse_live_claim(c, key, run_id)
+            if not self.fresh_keys:
+                self._refuse_live_claim(c, key, run_id)
             c.execute(
                 "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
                 "status, claimed_at) VALUES (?, ?, ?, ?, ?, 'running', ?) "
@@ -771,6 +777,7 @@ class _Tx:
 
     def __enter__(self) -> sqlite3.Connection:
         conn = self.journal._c()
+        self.journal._guarded.clear()
         self._cm = atomic(conn)
         try:
             c: sqlite3.Connection = self._cm.__enter__()
