@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import Project, by_step, execute_plan
 
 MODULE = '''
