@@ -98,7 +98,9 @@ def _issue(code: str, message: str, file: str | None, mark: Any = None,
 
 def pointer_escape(token: str) -> str:
     """Escape one JSON Pointer reference token (RFC 6901)."""
-    return token.replace("~", "~0").replace("/", "~1")
+    if "~" in token or "/" in token:
+        return token.replace("~", "~0").replace("/", "~1")
+    return token
 
 
 def pointer(*parts: str | int) -> str:
@@ -541,11 +543,14 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
     if root is None:
         return Document(data=None, file=file, text=text, kind="yaml", _root=None,
                         _composed=True)
-    try:
-        distinct, expanded = _expanded_size(root)
-    except RecursionError:
-        raise DocumentError([_issue("syntax", "an alias refers to the node that contains it",
-                                    file, root.start_mark)]) from None
+    # Aliases need anchors (``&name``): without a ``&`` anywhere there is nothing to expand.
+    distinct = expanded = 0
+    if "&" in text:
+        try:
+            distinct, expanded = _expanded_size(root)
+        except RecursionError:
+            raise DocumentError([_issue("syntax", "an alias refers to the node that contains "
+                                        "it", file, root.start_mark)]) from None
     if expanded - distinct > MAX_ALIAS_EXPANSION:
         raise DocumentError([_issue(
             "too_large",
