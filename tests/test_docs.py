@@ -65,3 +65,26 @@ def test_event_kinds_are_the_specs() -> None:
         "step_failed", "step_retried", "step_skipped", "step_replayed", "run_interrupted",
         "run_resumed", "run_finished", "indeterminate_resolved",
     }
+
+
+def test_error_code_table_matches_code() -> None:
+    from planrun.errors import ERROR_CODES
+
+    section = README.split("| error code | exit | meaning |\n", 1)[1]
+    rows = {}
+    for line in section.splitlines()[1:]:
+        if not line.startswith("|"):
+            break
+        code, exit_status, meaning = (c.strip() for c in line.strip().strip("|").split("|"))
+        rows[code.strip("`")] = (int(exit_status), meaning)
+    assert rows == ERROR_CODES
+
+
+def test_every_error_code_raised_in_the_code_is_documented() -> None:
+    from planrun.errors import ERROR_CODES
+
+    raised = set()
+    for path in (ROOT / "src" / "planrun").rglob("*.py"):
+        raised |= set(re.findall(r'code="([a-z_]+)"', path.read_text(encoding="utf-8")))
+    assert raised <= set(ERROR_CODES) | set(ISSUE_CODES), raised - set(ERROR_CODES) - set(
+        ISSUE_CODES)

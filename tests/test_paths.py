@@ -180,6 +180,11 @@ def test_unknown_name_without_plans(project: Project) -> None:
     with pytest.raises(PlanLookupError) as info:
         find_plan("x", project.plans)
     assert info.value.issue.code == "not_found"
+    assert "there is no plans folder" in info.value.issue.message
+    assert "planrun init" in info.value.issue.message
+    project.plans.mkdir()
+    with pytest.raises(PlanLookupError) as info:
+        find_plan("x", project.plans)
     assert "Plans: none" in info.value.issue.message
 
 

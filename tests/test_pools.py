@@ -14,6 +14,7 @@ MODULE = '''
 import fcntl, json, os, time
 
 def _bump(delta):
+    """Add delta to the calls inside (0: just read), under the lock; return the state."""
     path = os.path.join(os.environ["POOL_DIR"], "inside.json")
     with open(path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -34,7 +35,7 @@ def wait_all(name, parties):
     deadline = time.monotonic() + 10
     while state["max"] < parties and time.monotonic() < deadline:
         time.sleep(0.01)
-        state = json.load(open(os.path.join(os.environ["POOL_DIR"], "inside.json")))
+        state = _bump(0)  # read under the lock: a write is never seen half done
     _bump(-1)
     if state["max"] < parties:
         raise TimeoutError(f"only {state['max']} of {parties} were inside at once")

@@ -122,8 +122,20 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    project: Annotated[str | None, typer.Option(
+        "-C", "--project", help="Project folder (also accepted after the command).",
+        metavar="DIR")] = None,
+    journal: Annotated[str | None, typer.Option(
+        "--journal", help="Journal file (also accepted after the command).",
+        metavar="PATH")] = None,
 ) -> None:
     """Validate, approve, run and resume plans of tool calls, journaled in SQLite."""
+    # Given before the command, they act like the environment: an option given after the
+    # command still wins (flag > environment > planrun.toml).
+    if project is not None:
+        os.environ["PLANRUN_PROJECT"] = project
+    if journal is not None:
+        os.environ["PLANRUN_JOURNAL"] = journal
 
 
 @app.command()
@@ -200,6 +212,8 @@ def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn
 
     abandoned = manifest.pop("_abandoned_calls", 0)
     signal_exit = manifest.pop("_exit", None)
+    for note in manifest.pop("_notes", []):
+        ui.err(f"planrun: note: {note}")
     if as_json:
         ui.print_json(manifest)
     else:
@@ -374,6 +388,17 @@ PlanArg = Annotated[str, typer.Argument(help="Plan name (in the plans folder) or
                                         autocompletion=_complete_plans)]
 
 
+class RunStatus(StrEnum):
+    """Run statuses (SPEC §5)."""
+
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    interrupted = "interrupted"
+    denied = "denied"
+    refused = "refused"
+
+
 class GraphFormat(StrEnum):
     """Formats of ``planrun graph``."""
 
@@ -478,7 +503,8 @@ def init(
     written = _guard(lambda: views.init_project(Path(folder)), verbose)
     for path in written:
         ui.out(f"created {path}")
-    ui.out("next: planrun validate && planrun execute hello")
+    go = "" if Path(folder).resolve() == Path.cwd().resolve() else f"cd {folder} && "
+    ui.out(f"next: {go}planrun validate && planrun execute hello")
 
 
 @app.command(hidden=True)
@@ -538,8 +564,8 @@ def status(
 @app.command()
 def runs(
     plan: Annotated[str | None, typer.Option("--plan", help="Only runs of this plan.")] = None,
-    status_: Annotated[str | None, typer.Option("--status", help="Only runs in this "
-                                                "status.")] = None,
+    status_: Annotated[RunStatus | None, typer.Option("--status", help="Only runs in this "
+                                                      "status.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many.",
                                               min=1)] = None,
     as_json: JsonOpt = False,
@@ -551,7 +577,8 @@ def runs(
     from . import api, ui
 
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
-    rows = _guard(lambda: api.runs(settings, plan=plan, status=status_, limit=limit),
+    rows = _guard(lambda: api.runs(settings, plan=plan,
+                                   status=status_.value if status_ else None, limit=limit),
                   verbose, as_json)
     if as_json:
         ui.print_json(rows)
@@ -603,10 +630,29 @@ def output(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Command-line mistakes caught by the parser get the same one-line form as every other
+    user error (``planrun: error[usage]: …``, exit 2).
+    """
+    from typer.exceptions import TyperException
+
     try:
-        app(prog_name="planrun")
+        code = app(prog_name="planrun", standalone_mode=False)
     except KeyboardInterrupt:
         # Ctrl-C outside a run (while loading or validating): nothing was started.
         sys.stderr.write("planrun: interrupted\n")
         raise SystemExit(130) from None
+    except TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(exc.format_message() + "\n")
+            raise SystemExit(0) from None
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "planrun"
+        sys.stderr.write(f"planrun: error[usage]: {exc.format_message()}\n"
+                         f"  See: {where} --help\n")
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    except typer.Abort:
+        sys.stderr.write("planrun: interrupted\n")
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

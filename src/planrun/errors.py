@@ -45,6 +45,29 @@ EXIT_CODES: dict[int, str] = {
 }
 
 
+#: Error codes of a command that stops (besides the issue codes of a refused plan) →
+#: (exit status, meaning). The README's table is checked against this.
+ERROR_CODES: dict[str, tuple[int, str]] = {
+    "usage": (EXIT_USAGE, "the command line is wrong (unknown option, missing argument, "
+              "--approve naming no step)"),
+    "unknown_step": (EXIT_USAGE, "the run has no such step (or fan-out item)"),
+    "approval_required": (EXIT_APPROVAL, "a step needs clearing and nobody can be asked "
+                          "(no terminal, no flag, no grant)"),
+    "approval_denied": (EXIT_APPROVAL, "a person answered no (or did not answer in time)"),
+    "unknown_run": (EXIT_RUN, "no run with that id or prefix"),
+    "run_busy": (EXIT_RUN, "another live process holds the run's lease"),
+    "run_not_resumable": (EXIT_RUN, "the run is finished (or not failed, for retry)"),
+    "indeterminate": (EXIT_RUN, "a step's effect is unknown and its tool is not "
+                      "idempotent: settle it with planrun resolve"),
+    "not_indeterminate": (EXIT_RUN, "resolve was given a step whose outcome is known"),
+    "no_output": (EXIT_RUN, "the step did not succeed, so it has no output"),
+    "journal": (EXIT_JOURNAL, "the journal cannot be opened, read or written, is corrupt, "
+                "or is newer than this planrun"),
+    "interrupted": (EXIT_SIGINT, "SIGINT (130) or SIGTERM (143) stopped the run; it is "
+                    "resumable"),
+}
+
+
 class PlanrunError(Exception):
     """Base of every error planrun reports to a user.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import redact, runner
@@ -67,6 +68,33 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
                       code=report.issues[0].code if report.issues else "refused",
                       report=Report(plans=[report]))
     return plan
+
+
+def changed_plan_note(settings: Settings, row: dict[str, Any]) -> str | None:
+    """A note when the plan file on disk no longer matches the journaled plan.
+
+    resume and retry always use the journaled plan; a user who edited the file expects the
+    edit to apply, so say that it does not.
+    """
+    from .canonical import digest
+    from .loading import DocumentError, load_file
+
+    shown = row.get("plan_file")
+    if not shown:
+        return None
+    for base in (Path.cwd(), settings.project):
+        path = base / shown
+        if path.is_file():
+            try:
+                current = digest(load_file(path).data)
+            except (DocumentError, TypeError, ValueError):
+                current = None
+            if current != row["digest"]:
+                return (f"{shown} changed since run {row['run_id']} started; this uses the "
+                        "journaled plan. To run the edited file, start a new run with "
+                        "planrun execute.")
+            return None
+    return None
 
 
 @dataclass
@@ -130,7 +158,8 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
             replay.append(sid)
             action, why = "replay", f"succeeded at {r['finished_at']}"
         elif st in ("running", "indeterminate"):
-            was = "running at crash" if st == "running" else "indeterminate"
+            was = ("running when the run stopped" if st == "running"
+                   else "its effect is unknown")
             if idempotent:
                 state[sid] = StepState("pending")
                 rerun.append(sid)
@@ -138,8 +167,8 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
             else:
                 state[sid] = StepState("indeterminate")
                 blocked.append((sid, None))
-                action, why = "stop", (f"indeterminate: {was}, tool {r['tool']!r} is not "
-                                       "idempotent; settle it with planrun resolve")
+                action, why = "stop", (f"indeterminate ({was}) and tool {r['tool']!r} is "
+                                       "not idempotent; settle it with planrun resolve")
         elif st == "pending":
             state[sid] = StepState("pending")
             action, why = "run", "never dispatched"
@@ -190,7 +219,7 @@ def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]]) -> 
     many = len(blocked) > 1
     return RunError(
         f"run {run_id}: {'steps' if many else 'step'} {shown} {'were' if many else 'was'} "
-        f"running when the run died and {'their tools are' if many else 'its tool is'} not "
+        f"running when the run stopped and {'their tools are' if many else 'its tool is'} not "
         "idempotent, so the effect is unknown; resume will not call "
         f"{'them' if many else 'it'} again on its own", code="indeterminate",
         hint=f"Check what happened, then settle each: {cmds}; then planrun resume {run_id}.",
@@ -241,10 +270,14 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
         except BaseException:
             journal.release_lease(run_id, owner)
             raise
-        return runner.drive(journal, settings, plan, run_id=run_id,
-                            root_run_id=row["root_run_id"], owner=owner,
-                            max_parallel=int(parallel), keep_going=bool(going),
-                            state=found.state, progress=progress)
+        note = changed_plan_note(settings, row)
+        result = runner.drive(journal, settings, plan, run_id=run_id,
+                              root_run_id=row["root_run_id"], owner=owner,
+                              max_parallel=int(parallel), keep_going=bool(going),
+                              state=found.state, progress=progress)
+        if note:
+            result["_notes"] = [note]
+        return result
 
 
 def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
@@ -406,10 +439,14 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     if requests:
         runner.clear_approvals(journal, child, requests, set(approve), approve_all,
                                approver, on_deny="denied", plan=plan, policy=plan.policy)
-    return runner.drive(journal, settings, plan, run_id=child,
-                        root_run_id=row["root_run_id"], owner=owner,
-                        max_parallel=int(parallel), keep_going=keep_going, state=state,
-                        progress=progress, also_leased=[parent_id])
+    note = changed_plan_note(settings, row)
+    result = runner.drive(journal, settings, plan, run_id=child,
+                          root_run_id=row["root_run_id"], owner=owner,
+                          max_parallel=int(parallel), keep_going=keep_going, state=state,
+                          progress=progress, also_leased=[parent_id])
+    if note:
+        result["_notes"] = [note]
+    return result
 
 
 def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:

@@ -193,6 +193,12 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
         if candidate.is_file():
             return candidate
     existing = plan_names(plans_dir)
+    if not plans_dir.is_dir():
+        raise PlanLookupError(Issue(
+            code="not_found", file=name,
+            message=f"no plan named {name!r}: there is no plans folder at {plans_dir}. "
+            "Run planrun in a project folder, name one with -C DIR, or create one with "
+            "planrun init"))
     import difflib
 
     close = difflib.get_close_matches(name, existing, n=1)

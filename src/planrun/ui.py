@@ -73,7 +73,7 @@ def print_error(exc: PlanrunError, verbose: bool = False) -> None:
 
 
 def _where(issue: Issue) -> str:
-    parts = [issue.file or "-"]
+    parts = [issue.file or "planrun"]
     if issue.line is not None:
         parts.append(str(issue.line))
         if issue.column is not None:
@@ -148,8 +148,11 @@ def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
     errors = sum(1 for i in report.all_issues() if i.severity == "error")
     warnings = sum(1 for i in report.all_issues() if i.severity == "warning")
     n = len(report.plans)
-    target.write(f"{n} plan(s) checked, {n - refused} ok, {refused} refused; "
-                 f"{errors} error(s), {warnings} warning(s)\n")
+    counts = f"{errors} error(s), {warnings} warning(s)"
+    if n:
+        target.write(f"{n} plan(s) checked, {n - refused} ok, {refused} refused; {counts}\n")
+    else:
+        target.write(("ok; " if not errors else "") + counts + "\n")
 
 
 # --- manifests ------------------------------------------------------------------------------
@@ -187,7 +190,8 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         from rich.table import Table
 
         console = _console(no_color=no_color)
-        table = Table(title=head, title_justify="left")
+        console.print(redact.text(head), markup=False, highlight=False)
+        table = Table()
         for col in ("step", "tool", "status", "time", "note"):
             table.add_column(col)
         for s in m["steps"]:

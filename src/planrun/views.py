@@ -128,7 +128,8 @@ def json_schema(kind: str) -> dict[str, Any]:
     models: dict[str, type[BaseModel]] = {"plan": Plan, "tools": Registry}
     if kind not in models:
         raise UsageError(f"unknown schema {kind!r}; use plan or tools")
-    schema: dict[str, Any] = models[kind].model_json_schema()
+    schema: dict[str, Any] = json.loads(
+        json.dumps(models[kind].model_json_schema()).replace("``", "`"))
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = {"plan": "planrun plan", "tools": "planrun tools registry"}[kind]
     return schema

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import redact
-from ..errors import JournalError, RunError
+from ..errors import JournalError, RunError, UsageError
 from .connection import _fail, atomic, open_read, open_write
 
 EVENT_KINDS = (
@@ -598,7 +598,7 @@ class Journal:
             row = c.execute(f"SELECT status, idempotency_key FROM {table} WHERE {where}",
                             args).fetchone()
             if row is None:
-                raise RunError(f"run {run_id} has no {what}", code="unknown_step")
+                raise UsageError(f"run {run_id} has no {what}", code="unknown_step")
             if row[0] not in ("indeterminate", "running"):
                 raise RunError(f"{what} of run {run_id} is {row[0]}, not indeterminate; "
                                "only indeterminate steps are resolved",
