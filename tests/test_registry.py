@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -56,7 +57,7 @@ def single(project: Project, tools: str) -> tuple[ToolRegistry, Issue]:
     issue = issues[0]
     assert issue.code == "registry"
     assert issue.severity == "error"
-    assert issue.file == str(project.root / "tools.yaml")
+    assert issue.file == "project/tools.yaml"  # relative to the current folder
     assert issue.line is not None
     assert issue.column is not None
     return registry, issue
@@ -424,7 +425,10 @@ def test_schema_problems(schema: Any, problems: int) -> None:
     assert len(schema_problems(schema)) == problems
 
 
-def test_registry_file_shown_as_given(project: Project) -> None:
+def test_registry_file_shown_relative_to_the_current_folder(project: Project) -> None:
     project.write("tools.yaml", "tools: {a: {command: [echo]}}\n")
     _registry, issues = load_registry(Path(project.root / "tools.yaml"))
-    assert issues[0].file == str(project.root / "tools.yaml")
+    assert issues[0].file == "project/tools.yaml"
+    os.chdir("/")
+    _registry, issues = load_registry(Path(project.root / "tools.yaml"))
+    assert issues[0].file == str(project.root / "tools.yaml").lstrip("/")

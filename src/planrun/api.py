@@ -19,7 +19,7 @@ from typing import Any
 from . import redact
 from .errors import Refused, RunError, UsageError
 from .issues import Issue, PlanReport, Report
-from .paths import PlanLookupError, Settings, find_plan
+from .paths import PlanLookupError, Settings, find_plan, shown_path
 from .validation import CheckedPlan, ParamInput
 
 
@@ -95,7 +95,7 @@ def load_registry(settings: Settings) -> Any:
         raise Refused(f"{settings.registry} has {len(issues)} problem(s)", code="registry",
                       report=Report(issues=issues))
     if settings.policy:
-        shown = str(settings.config_file) if settings.config_file else None
+        shown = shown_path(settings.config_file) if settings.config_file else None
         registry.policy, problems = load_policy(settings.policy, set(registry.tools), shown)
         if problems:
             raise Refused(f"the policy in {shown} has {len(problems)} problem(s)",
@@ -147,10 +147,7 @@ def _check(settings: Settings, name: str, registry: Any, given: ParamInput | Non
 
 
 def _shown(path: Path, settings: Settings) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+    return shown_path(path)
 
 
 def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None
@@ -168,8 +165,8 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
     report = Report()
     targets = list(names) or plan_names(settings.plans_dir)
     if not targets:
-        report.issues.append(Issue(code="not_found", severity="warning", file=str(
-            settings.plans_dir), message=f"no plans in {settings.plans_dir}"))
+        report.issues.append(Issue(code="not_found", severity="warning", file=shown_path(
+            settings.plans_dir), message=f"no plans in {shown_path(settings.plans_dir)}"))
     concrete = bool(given and given.given)
     for name in targets:
         report.plans.append(check(settings, name, registry, given, concrete=concrete).report)
@@ -188,7 +185,7 @@ def policy_check(settings: Settings) -> Report:
         registry = load_registry(settings)
     except Refused as exc:
         return exc.report if isinstance(exc.report, Report) else Report()
-    shown = str(settings.config_file) if settings.config_file else None
+    shown = shown_path(settings.config_file) if settings.config_file else None
     policy, _ = load_policy(settings.policy or {}, set(registry.tools), shown)
     irreversible = {name: spec.entry.irreversible for name, spec in registry.tools.items()}
     return Report(issues=lint(policy, irreversible, shown))

@@ -155,10 +155,20 @@ def validate(
 ) -> None:
     """Check the registry and plans without calling any tool (exit 0 valid, 3 refused)."""
     from . import api
-    from .ui import print_report
+    from .errors import PlanrunError, Refused
+    from .issues import Report
+    from .ui import print_error, print_report
 
-    settings = _guard(lambda: _settings(project, journal), verbose)
-    given = _guard(lambda: api.param_input(param or [], params_file), verbose)
+    try:
+        settings = _settings(project, journal)
+        given = api.param_input(param or [], params_file)
+    except Refused as exc:  # a bad planrun.toml or params file: the report, as asked
+        if isinstance(exc.report, Report):
+            print_report(exc.report, fmt.value, strict=strict)
+        print_error(exc, verbose)
+        raise typer.Exit(exc.exit_code) from None
+    except PlanrunError as exc:
+        _fail(exc, verbose)
     report = _guard(lambda: api.validate(settings, plans or [], given), verbose)
     print_report(report, fmt.value, strict=strict)
     raise typer.Exit(0 if report.ok(strict=strict) else 3)

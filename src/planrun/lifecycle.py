@@ -49,11 +49,23 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
     except DocumentError as exc:  # pragma: no cover - we wrote it
         raise Refused("the journaled plan cannot be read", report=Report(
             issues=exc.issues)) from None
-    values = {k: v for k, v in json.loads(row["params_json"]).items()
-              if v != runner.SECRET_MASK}
+    journaled = json.loads(row["params_json"])
+    secret = {k for k, v in journaled.items() if v == runner.SECRET_MASK}
+    values = {k: v for k, v in journaled.items() if k not in secret}
     given = given or ParamInput()
-    merged = ParamInput(cli=dict(given.cli), env=dict(given.env),
-                        file_values={**values, **given.file_values})
+    # The journal is the truth: a resumed run keeps the values it started with; only the
+    # secrets, which were never written down, are given again.
+    fixed = sorted((set(given.cli) | set(given.file_values)) & set(values))
+    if fixed:
+        raise UsageError(f"parameter {fixed[0]!r} keeps the value run {row['run_id']} "
+                         f"started with ({json.dumps(values[fixed[0]])}); -p and "
+                         "--params-file give only secret parameters to resume and retry",
+                         hint="To run with other values, start a new run with planrun "
+                         "execute.")
+    merged = ParamInput(cli={k: v for k, v in given.cli.items() if k not in values},
+                        env={k: v for k, v in given.env.items() if k in secret},
+                        file_values={**values, **{k: v for k, v in given.file_values.items()
+                                                   if k not in values}})
     from .api import no_gc
 
     with no_gc():

@@ -65,8 +65,19 @@ class Settings:
     pools: dict[str, int] = field(default_factory=dict)
 
 
+def shown_path(path: Path) -> str:
+    """``path`` relative to the current folder when it is inside it, else as it is.
+
+    Relative paths are what GitHub annotations and people expect.
+    """
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
 def _config_error(file: Path, message: str) -> Refused:
-    issue = Issue(code="config", message=message, file=str(file))
+    issue = Issue(code="config", message=message, file=shown_path(file))
     return Refused(f"{file}: {message}", code="config", report=Report(issues=[issue]))
 
 

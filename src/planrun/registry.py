@@ -321,9 +321,10 @@ def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
     from pydantic import ValidationError
 
     from .models import Tool, error_message, loc_pointer
+    from .paths import shown_path
 
     reg = ToolRegistry(file=path)
-    shown = str(path)
+    shown = shown_path(path)
     if not path.exists():
         return reg, []
     try:

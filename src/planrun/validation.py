@@ -193,7 +193,9 @@ def _resolve_params(declared: dict[str, Any], given: ParamInput, concrete: bool,
                     out: _Collector) -> dict[str, Any]:
     values: dict[str, Any] = {}
     raw: dict[str, Any] = dict(given.file_values)
-    cli_names = set(given.cli) | {k for k in given.env if k in declared}
+    # -p beats --params-file beats PLANRUN_PARAM_<NAME>
+    cli_names = set(given.cli) | {k for k in given.env
+                                  if k in declared and k not in given.file_values}
     for name in sorted((set(given.cli) | set(given.file_values)) - set(declared)):
         out.add("param_unknown",
                 f"parameter {name!r} is not declared by this plan.{_suggest(name, declared)} "

@@ -36,8 +36,11 @@ MIN_PREFIX = 4
 LEASE_TTL_S = 30.0
 
 
-class LeaseLost(JournalError):
-    """Another process took this run's lease: this process must stop writing to it."""
+class LeaseLost(RunError):
+    """Another process took this run's lease: this process must stop writing to it.
+
+    Exit 5, code ``run_busy``.
+    """
 
     default_code = "run_busy"
 
