@@ -221,7 +221,8 @@ def _resumable_run(journal: Journal, ref: str | None) -> dict[str, Any]:
     return row
 
 
-def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]]) -> RunError:
+def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]],
+                         then: str = "resume") -> RunError:
     def name(sid: str, item: int | None) -> str:
         return sid if item is None else f"{sid} --item {item}"
 
@@ -232,9 +233,9 @@ def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]]) -> 
     return RunError(
         f"run {run_id}: {'steps' if many else 'step'} {shown} {'were' if many else 'was'} "
         f"running when the run stopped and {'their tools are' if many else 'its tool is'} not "
-        "idempotent, so the effect is unknown; resume will not call "
+        f"idempotent, so the effect is unknown; {then} will not call "
         f"{'them' if many else 'it'} again on its own", code="indeterminate",
-        hint=f"Check what happened, then settle each: {cmds}; then planrun resume {run_id}.",
+        hint=f"Check what happened, then settle each: {cmds}; then planrun {then} {run_id}.",
         details={"steps": [{"step": s, "item": i} for s, i in blocked]})
 
 
@@ -424,6 +425,14 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     parent_id = row["run_id"]
     plan = _replan(journal, settings, row, given)
     parent_rows = journal.step_rows(parent_id)
+    unknown: list[tuple[str, int | None]] = [
+        (r["step_id"], None) for r in parent_rows if r["status"] in (
+        "indeterminate", "running") and r["step_id"] in plan.by_id
+        and not plan.by_id[r["step_id"]].tool.entry.idempotent]
+    if unknown:
+        # A child run would call them again without anyone knowing whether the first call
+        # had its effect: a person settles them first.
+        raise _indeterminate_error(parent_id, unknown, then="retry")
     inherited = [r["step_id"] for r in parent_rows if r["status"] == "succeeded"
                  and r["step_id"] in plan.by_id]
     child = new_run_id()

@@ -56,7 +56,9 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     if resumable:
         nxt = f"planrun resume {run_id}"
     elif status == "failed":
-        nxt = f"planrun retry {run_id}"
+        unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
+        nxt = (f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed" if unknown
+               else f"planrun retry {run_id}")
     return {
         "run_id": run_id,
         "root_run_id": run["root_run_id"],

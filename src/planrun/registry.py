@@ -197,78 +197,74 @@ def _argv_names(element: str) -> list[str]:
 
 
 _SH_FAMILY = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh",
-                        "tcsh", "yash", "posh"})
-#: Interpreter → the options whose argument (the next non-option) is program text.
-_SCRIPT_FLAGS: dict[str, frozenset[str]] = {
-    "python": frozenset({"-c"}),
-    "perl": frozenset({"-e", "-E"}),
-    "ruby": frozenset({"-e"}),
-    "node": frozenset({"-e", "--eval", "-p", "--print"}),
-    "pwsh": frozenset({"-c", "-Command", "-command", "-EncodedCommand"}),
-    "powershell": frozenset({"-c", "-Command", "-command", "-EncodedCommand"}),
+                        "tcsh", "yash", "posh", "su"})
+#: Interpreter → a pattern matching its program-text flags (the next element is code).
+_SCRIPT_FLAG: dict[str, re.Pattern[str]] = {
+    "sh": re.compile(r"[-+][A-Za-z]*c[A-Za-z]*|--command"),
+    "python": re.compile(r"-[A-Za-z]*c[A-Za-z]*"),
+    "perl": re.compile(r"-[A-Za-z]*[eE][A-Za-z]*"),
+    "ruby": re.compile(r"-[A-Za-z]*e[A-Za-z]*"),
+    "node": re.compile(r"-[A-Za-z]*[ep][A-Za-z]*|--eval|--print"),
+    "pwsh": re.compile(r"-c|-Command|-command|-EncodedCommand|-e"),
+    "powershell": re.compile(r"-c|-Command|-command|-EncodedCommand|-e"),
 }
 
 
 def _interpreter(element: str) -> str | None:
-    """``bash`` for ``/usr/bin/bash``, ``python`` for ``python3.11``; None otherwise."""
+    """``sh`` for ``/usr/bin/bash``, ``python`` for ``python3.11``; None otherwise."""
     prog = Path(element).name
     base = re.sub(r"[\d.]+$", "", prog)
     for name in (prog, base):
-        if name in _SH_FAMILY or name in _SCRIPT_FLAGS:
+        if name in _SH_FAMILY:
+            return "sh"
+        if name in _SCRIPT_FLAG:
             return name
     return None
 
 
-def _script_indices(argv: list[str]) -> set[int]:
-    """Indices of argv elements that are program text.
+def _script_indices(argv: list[str]) -> tuple[set[int], set[int]]:
+    """(program-text indices, interpreter option indices) of a command.
 
-    The command string of a shell (``sh -c``, ``bash -ec``, ``fish --command``),
-    ``python -c``, ``perl -e``, ``node -e`` …, wherever the interpreter appears (after
-    ``env``, ``timeout``, ``sudo``, ``xargs``, ``find -exec`` …), and the string ``env -S``
-    splits into arguments. ``sed`` and ``awk`` programs are not recognised (documented).
+    Program text: the command string of a shell (``sh -c``, ``bash -ec``, ``su -c``,
+    ``fish --command``), ``python -Ic``, ``perl -le``, ``node -e`` …, wherever the
+    interpreter appears (after ``env``, ``timeout``, ``sudo``, ``xargs``, ``find -exec`` …),
+    and the string ``env -S`` splits into arguments. Option indices: the elements between an
+    interpreter and its program text (or, with no program-text flag, its script operand) —
+    a value there could become a flag or choose the code to run. ``sed`` and ``awk``
+    programs are not recognised (documented).
     """
-    out: set[int] = set()
+    scripts: set[int] = set()
+    options: set[int] = set()
     for i, element in enumerate(argv):
         if Path(element).name == "env":
-            for j in range(i + 1, len(argv) - 1):
-                if argv[j] in ("-S", "--split-string"):
-                    out.add(j + 1)
             for j in range(i + 1, len(argv)):
-                if argv[j].startswith(("--split-string=", "-S")) and argv[j] != "-S":
-                    out.add(j)
+                if argv[j] in ("-S", "--split-string") and j + 1 < len(argv):
+                    scripts.add(j + 1)
+                elif argv[j].startswith(("--split-string=", "-S")) and argv[j] != "-S":
+                    scripts.add(j)
         name = _interpreter(element)
         if name is None:
             continue
-        flagged = skip_value = False
-        for j in range(i + 1, len(argv)):
-            arg = argv[j]
-            if arg == "--":
-                if flagged and j + 1 < len(argv):
-                    out.add(j + 1)
-                break
-            if name in _SH_FAMILY:
-                is_flag = arg == "--command" or bool(
-                    re.fullmatch(r"[-+][A-Za-z]*c[A-Za-z]*", arg))
-            else:
-                is_flag = arg in _SCRIPT_FLAGS[name] or any(
-                    arg.startswith(f + "=") for f in _SCRIPT_FLAGS[name] if f.startswith("--"))
-                if is_flag and "=" in arg:
-                    out.add(j)
+        flag = _SCRIPT_FLAG[name]
+        found = [j for j in range(i + 1, len(argv)) if flag.fullmatch(argv[j])
+                 or (argv[j].startswith("--") and "=" in argv[j]
+                     and flag.fullmatch(argv[j].split("=", 1)[0]))]
+        if found:
+            for j in found:
+                if "=" in argv[j]:
+                    scripts.add(j)
+                elif j + 1 < len(argv):
+                    scripts.add(j + 1)
+            last = max(scripts | set(found))
+            options.update(k for k in range(i + 1, last) if k not in scripts)
+            break  # what follows the program text are its arguments ($0, $1, …)
+        else:
+            # no program-text flag: up to the first operand (the script file) is options
+            for k in range(i + 1, len(argv)):
+                options.add(k)
+                if not argv[k].startswith(("-", "+")) or argv[k] in ("-", "+"):
                     break
-            if is_flag:
-                flagged = True
-                continue
-            if skip_value:
-                skip_value = False
-                continue
-            if arg.startswith(("-", "+")) and arg not in ("-", "+"):
-                # another option; `-o NAME` / `+O NAME` of a shell take a value
-                skip_value = name in _SH_FAMILY and arg in ("-o", "+o", "-O", "+O")
-                continue
-            if flagged:
-                out.add(j)  # the first operand after the flag is the program text
-            break
-    return out
+    return scripts, options
 
 
 def _check_command(name: str, entry: Tool, contract: dict[str, Any],
@@ -276,12 +272,18 @@ def _check_command(name: str, entry: Tool, contract: dict[str, Any],
     argv = entry.command or []
     props = contract.get("properties") if isinstance(contract.get("properties"), dict) else {}
     required = set(contract.get("required") or [])
-    scripts = _script_indices(argv)
+    scripts, options = _script_indices(argv)
     for idx, element in enumerate(argv):
         names = _argv_names(element)
         if not names:
             continue
         where = pointer("tools", name, "command", idx)
+        if idx == 0 or (idx in options and idx not in scripts):
+            what = "the program to run" if idx == 0 else "an interpreter's option or script"
+            add(where, f"tool {name!r}: {{{names[0]}}} is in {what} ({element!r}); a value "
+                "may not choose the program, its flags or its code: pass it as a separate "
+                "argument after the script")
+            continue
         if idx in scripts:
             add(where, f"tool {name!r}: {{{names[0]}}} is inside shell script text "
                 f"({argv[idx - 1]} {element!r}); a value must become exactly one argv "

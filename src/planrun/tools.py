@@ -12,12 +12,14 @@ the full arguments object is given as JSON on stdin, and the environment carries
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import json
 import os
 import re
 import signal
+import tempfile
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -180,27 +182,37 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         env["PLANRUN_ITEM_INDEX"] = str(ctx.item_index)
     else:
         env.pop("PLANRUN_ITEM_INDEX", None)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    except OSError as exc:
-        raise ToolFailure({"code": "tool_error", "type": type(exc).__name__,
-                           "message": f"cannot start {argv[0]!r}: {exc.strerror or exc}"}
-                          ) from None
-    if on_start is not None:
-        on_start(proc)
-    payload = json.dumps(arguments).encode()
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(payload), timeout)
-    except TimeoutError:
-        await terminate(proc)
-        raise CallTimeout({"code": "timeout",
-                           "message": f"command ran past its timeout of {timeout} s and "
-                           "was killed"}) from None
-    except asyncio.CancelledError:
-        await terminate(proc)
-        raise
+    # stdin, stdout and stderr are temporary files, not pipes: a background child that
+    # inherits them cannot keep the call open after the command itself exited. The command
+    # leads its own process group, so a timeout or a cancel ends everything it started.
+    with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout, \
+            tempfile.TemporaryFile() as ferr:
+        fin.write(json.dumps(arguments).encode())
+        fin.seek(0)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=cwd, env=env, stdin=fin, stdout=fout, stderr=ferr,
+                process_group=0)
+        except OSError as exc:
+            raise ToolFailure({"code": "tool_error", "type": type(exc).__name__,
+                               "message": f"cannot start {argv[0]!r}: "
+                               f"{exc.strerror or exc}"}) from None
+        if on_start is not None:
+            on_start(proc)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            await terminate(proc)
+            raise CallTimeout({"code": "timeout",
+                               "message": f"command ran past its timeout of {timeout} s "
+                               "and was killed"}) from None
+        except asyncio.CancelledError:
+            await terminate(proc)
+            raise
+        fout.seek(0)
+        out = fout.read()
+        ferr.seek(0)
+        err = ferr.read()
     if proc.returncode != 0:
         code = proc.returncode
         how = f"killed by signal {-code}" if code is not None and code < 0 else \
@@ -226,16 +238,18 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
 
 
 async def terminate(proc: asyncio.subprocess.Process, grace: float = KILL_GRACE_S) -> None:
-    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL."""
+    """SIGTERM the command's process group, wait up to ``grace`` seconds, then SIGKILL it."""
     if proc.returncode is not None:
+        _signal_group(proc.pid, signal.SIGKILL)  # what it left behind
         return
-    try:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), grace)
-            return
-        except TimeoutError:
-            proc.kill()
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+    _signal_group(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
         await proc.wait()
-    except ProcessLookupError:
-        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
