@@ -46,7 +46,8 @@ def load_params_file(path: str | None) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise UsageError(f"--params-file {path!r} does not exist")
+        what = "is not a file" if p.exists() else "does not exist"
+        raise UsageError(f"--params-file {path!r} {what}")
     try:
         doc = load_file(p)
     except DocumentError as exc:
@@ -73,6 +74,8 @@ def param_input(cli: Sequence[str] = (), params_file: str | None = None) -> Para
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise UsageError(f"-p {item!r}: write -p NAME=VALUE")
+        if name in values:
+            raise UsageError(f"-p {name} is given twice; give each parameter once")
         values[name] = value
     env = {k[len("PLANRUN_PARAM_"):]: v for k, v in os.environ.items()
            if k.startswith("PLANRUN_PARAM_")}

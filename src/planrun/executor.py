@@ -304,7 +304,12 @@ class Executor:
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in sorted(done, key=lambda t: by_id[running[t]].index):
                 sid = running.pop(task)
-                task.result()  # a journal error or a bug propagates
+                if task.exception() is not None:
+                    # a journal error (or a bug): stop the other calls, then report it once
+                    for other in running:
+                        other.cancel()
+                    await asyncio.gather(*running, return_exceptions=True)
+                    task.result()
                 sorter.done(sid)
 
     def _blocked(self, step: CheckedStep) -> tuple[str, str] | None:
@@ -650,6 +655,9 @@ class Executor:
         except (TypeError, ValueError) as exc:
             return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
                     f"that is not JSON data: {exc}"}
+        except RecursionError:
+            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
+                    "nested too deeply to store"}
         except UnicodeEncodeError:
             return {"code": "output", "message": f"tool {step.tool.name!r} returned text that "
                     "is not valid Unicode (an undecodable file name?); return it as text "

@@ -521,6 +521,9 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
             raise DocumentError([Issue(code="too_large", file=file,
                                        message=f"nesting deeper than {MAX_DEPTH} levels")]
                                 ) from None
+        except ValueError as exc:  # e.g. an integer over Python's 4,300-digit limit
+            raise DocumentError([Issue(code="syntax", file=file,
+                                       message=f"not valid JSON: {exc}")]) from None
         if _too_deep(data):
             raise DocumentError([Issue(code="too_large", file=file,
                                        message=f"nesting deeper than {MAX_DEPTH} levels")])

@@ -71,9 +71,18 @@ def shown_path(path: Path) -> str:
     Relative paths are what GitHub annotations and people expect.
     """
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        text = str(path.resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):
-        return str(path)
+        text = str(path)
+    return printable(text)
+
+
+def printable(text: str) -> str:
+    """``text`` printable as UTF-8.
+
+    Undecodable bytes of a file name (lone surrogates) become backslash escapes.
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _config_error(file: Path, message: str) -> Refused:
@@ -188,13 +197,14 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
         PlanLookupError: ``not_found`` (message lists the plans that exist) or ``bad_name``.
     """
     here = cwd or Path.cwd()
+    shown = printable(name)
     if "/" in name or "\\" in name or ".." in name:
         candidate = here / name
         if candidate.is_file():
             return candidate
         raise PlanLookupError(Issue(
-            code="bad_name", file=name,
-            message=f"plan name {name!r} may not contain '/', '\\' or '..' (a plan is "
+            code="bad_name", file=shown,
+            message=f"plan name {shown!r} may not contain '/', '\\' or '..' (a plan is "
             f"looked up by name in {plans_dir}); give an existing file path to run a plan "
             "from elsewhere"))
     candidates = [plans_dir / f"{name}{suffix}" for suffix in PLAN_SUFFIXES]
@@ -206,8 +216,8 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
     existing = plan_names(plans_dir)
     if not plans_dir.is_dir():
         raise PlanLookupError(Issue(
-            code="not_found", file=name,
-            message=f"no plan named {name!r}: there is no plans folder at {plans_dir}. "
+            code="not_found", file=shown,
+            message=f"no plan named {shown!r}: there is no plans folder at {plans_dir}. "
             "Run planrun in a project folder, name one with -C DIR, or create one with "
             "planrun init"))
     import difflib
@@ -216,5 +226,5 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
     hint = f" Did you mean {close[0]!r}?" if close else ""
     listing = ", ".join(existing) if existing else "none"
     raise PlanLookupError(Issue(
-        code="not_found", file=name,
-        message=f"no plan named {name!r} in {plans_dir}.{hint} Plans: {listing}"))
+        code="not_found", file=shown,
+        message=f"no plan named {shown!r} in {plans_dir}.{hint} Plans: {listing}"))

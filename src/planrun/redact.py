@@ -12,16 +12,35 @@ from typing import Any
 
 MASK = "***"
 _VALUES: list[str] = []
+_NUMBERS: set[float] = set()
 
 
 def register(values: list[Any]) -> None:
-    """Add secret values (their text forms) to mask from now on."""
+    """Add secret values to mask from now on.
+
+    Strings are masked wherever they appear in text, also in their JSON-escaped spellings;
+    numbers are masked where they stand alone and in text; an object or array secret has
+    each of its leaves registered.
+    """
     import json
 
-    for v in values:
+    stack = list(values)
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+            continue
+        if isinstance(v, list | tuple):
+            stack.extend(v)
+            continue
+        if v is None or isinstance(v, bool):
+            continue
+        if isinstance(v, int | float):
+            _NUMBERS.add(v)
         text = v if isinstance(v, str) else json.dumps(v)
-        if text and text not in _VALUES:
-            _VALUES.append(text)
+        for form in (text, json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]):
+            if form and form not in _VALUES:
+                _VALUES.append(form)
     _VALUES.sort(key=len, reverse=True)  # longest first: no partial leftovers
 
 
@@ -48,9 +67,12 @@ def value(obj: Any) -> Any:
         return {text(k): value(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [value(v) for v in obj]
+    if isinstance(obj, int | float) and not isinstance(obj, bool) and obj in _NUMBERS:
+        return MASK
     return obj
 
 
 def clear() -> None:
     """Forget every registered secret (tests)."""
     _VALUES.clear()
+    _NUMBERS.clear()

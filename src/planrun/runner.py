@@ -177,18 +177,30 @@ def _stdout_to_stderr() -> Iterator[None]:
     sys.stdout.flush()
     try:
         saved = os.dup(1)
-    except OSError:  # no file descriptor 1 (embedded): redirect the Python level only
+        saved_in = os.dup(0)
+    except OSError:  # no file descriptors (embedded): redirect the Python level only
         with contextlib.redirect_stdout(sys.stderr):
             yield
         return
+    old_stdin = sys.stdin
     try:
         os.dup2(2, 1)
+        # nothing waits on a stdin: a tool that reads it gets end-of-file at once
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - closed below
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
         sys.stderr.flush()
+        if sys.stdin is not old_stdin:
+            sys.stdin.close()
+        sys.stdin = old_stdin
         os.dup2(saved, 1)
         os.close(saved)
+        os.dup2(saved_in, 0)
+        os.close(saved_in)
 
 
 def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,

@@ -104,8 +104,23 @@ def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
 
 
 def _tail(data: bytes) -> str:
-    text = data[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
-    return text
+    """The last :data:`STDERR_TAIL_BYTES` of output, secrets masked.
+
+    Masking happens *before* the cut so that no fragment of a secret survives at the edge.
+    """
+    from . import redact
+
+    window = data[-(STDERR_TAIL_BYTES + 4096):].decode("utf-8", "replace")
+    return redact.text(window)[-STDERR_TAIL_BYTES:].strip()
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, even when its ``__str__`` itself fails."""
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ in tool code
+        text = "<the exception's message could not be read>"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
@@ -151,13 +166,16 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
                            "message": f"call ran past its timeout of {timeout} s"}) from None
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # the tool's own failure, whatever it is
-        raise ToolFailure({
-            "code": "tool_error",
-            "type": type(exc).__name__,
-            "message": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(exc)),
-        }) from None
+    except BaseException as exc:  # the tool's own failure, also SystemExit and friends
+        try:
+            tb = "".join(traceback.format_exception(exc))
+        except Exception:
+            tb = None
+        error = {"code": "tool_error", "type": type(exc).__name__,
+                 "message": _describe(exc)}
+        if tb:
+            error["traceback"] = tb
+        raise ToolFailure(error) from None
     return result
 
 

@@ -74,6 +74,10 @@ def migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Bring the schema to :data:`SCHEMA_VERSION` (forward only, one transaction each)."""
     version = _version(conn)
     _check_version(path, version)
+    if version == 0 and conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]:
+        raise JournalError(f"{path} is an SQLite database but not a planrun journal",
+                           hint="Give --journal a new file or an existing planrun journal.")
     while version < SCHEMA_VERSION:
         with atomic(conn):
             version = _version(conn)  # another process may have migrated meanwhile
@@ -93,6 +97,9 @@ def open_write(path: Path) -> sqlite3.Connection:
     """
     if path.is_dir():
         raise _is_dir(path)
+    if path.exists() and not path.is_file():
+        raise JournalError(f"the journal path {path} is not a regular file",
+                           hint="Give --journal (or PLANRUN_JOURNAL) a file path.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

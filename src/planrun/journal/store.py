@@ -7,16 +7,17 @@ UPDATE guarded by the expected status, so a record can never move backwards.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import redact
 from ..errors import JournalError, RunError, UsageError
@@ -70,6 +71,22 @@ def holder_alive(owner: str) -> bool | None:
     except PermissionError:
         return True
     return True
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reads(method: F) -> F:
+    """A read whose failure on a corrupt or unreadable journal is a JournalError (exit 6)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Journal, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            raise _fail(self.path, exc, "read") from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 def now() -> str:
@@ -474,6 +491,7 @@ class Journal:
                 raise JournalError(f"step {step_id!r} of run {run_id} was not running")
             self._event(c, run_id, "step_succeeded", step_id=step_id, ts=ts)
 
+    @_reads
     def item_rows(self, run_id: str, step_id: str) -> list[dict[str, Any]]:
         """The fan-out items of a step, in order."""
         cur = self._c().execute("SELECT * FROM items WHERE run_id = ? AND step_id = ? "
@@ -481,6 +499,7 @@ class Journal:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
+    @_reads
     def item_counts(self, run_id: str) -> dict[str, dict[str, int]]:
         """Per fan-out step: ``{"total", "succeeded", "failed"}`` of its items."""
         out: dict[str, dict[str, int]] = {}
@@ -621,6 +640,7 @@ class Journal:
             self._event(c, run_id, "indeterminate_resolved", step_id=step_id, item=item, ts=ts,
                         data={"status": status, "decided_by": decided_by, "reason": reason})
 
+    @_reads
     def latest_resumable(self) -> str | None:
         """The most recent run that is ``interrupted`` or ``running``, if any."""
         if self.conn is None:
@@ -645,6 +665,7 @@ class Journal:
                 self._event(c, child, "step_replayed", step_id=sid,
                             data={"source": parent}, ts=ts)
 
+    @_reads
     def succeeded_key(self, key: str) -> Any:
         """(True, output) when ``key`` is recorded as succeeded, else (False, None)."""
         row = self._c().execute(
@@ -684,6 +705,7 @@ class Journal:
                            "…); give more characters", code="unknown_run")
         return str(rows[0][0])
 
+    @_reads
     def run_row(self, run_id: str) -> dict[str, Any]:
         """The ``runs`` row as a dict."""
         cur = self._c().execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
@@ -692,6 +714,7 @@ class Journal:
             raise RunError(f"no run {run_id!r}", code="unknown_run")
         return dict(zip([d[0] for d in cur.description], row, strict=True))
 
+    @_reads
     def step_rows(self, run_id: str) -> list[dict[str, Any]]:
         """The run's ``steps`` rows, in plan order."""
         cur = self._c().execute("SELECT * FROM steps WHERE run_id = ? ORDER BY position",
@@ -732,15 +755,16 @@ class Journal:
             raise _fail(self.path, exc, "read") from None
         return out
 
-    def events(self, run_id: str) -> Iterator[dict[str, Any]]:
+    @_reads
+    def events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events in order."""
         cur = self._c().execute(
             "SELECT id, ts, kind, step_id, item_index, data_json FROM events "
             "WHERE run_id = ? ORDER BY id", (run_id,))
-        for eid, ts, kind, step_id, item, data in cur:
-            yield {"id": eid, "ts": ts, "kind": kind, "step": step_id, "item": item,
-                   "data": _loads(data)}
+        return [{"id": eid, "ts": ts, "kind": kind, "step": step_id, "item": item,
+                 "data": _loads(data)} for eid, ts, kind, step_id, item, data in cur]
 
+    @_reads
     def step_output(self, run_id: str, step_id: str, item: int | None = None) -> Any:
         """(status, output) of a step (or one fan-out item)."""
         if item is None:
@@ -755,6 +779,7 @@ class Journal:
             return None
         return row[0], _loads(row[1])
 
+    @_reads
     def approvals(self, run_id: str) -> list[dict[str, Any]]:
         """The run's approval decisions in order."""
         cur = self._c().execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY id",

@@ -1,0 +1,229 @@
+"""Regressions found by trying to break planrun: hangs, tracebacks, leaks, odd journals.
+
+Every test drives the real ``planrun`` process; a subprocess timeout is the hang guard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PLANRUN = [sys.executable, "-m", "planrun"]
+
+MODULE = '''
+import sys
+
+def leave():
+    sys.exit(3)
+
+class Odd(Exception):
+    def __str__(self):
+        raise ValueError("no")
+
+def odd():
+    raise Odd()
+
+def deep():
+    value = []
+    for _ in range(5000):
+        value = [value]
+    return value
+
+def ask():
+    return input("name? ")
+
+def echo(value):
+    return {"echo": value}
+
+def boom(value):
+    raise RuntimeError("x" * 10 + str(value) + "y" * 1995)
+'''
+
+TOOLS = """
+tools:
+  stubborn:
+    command: ["sh", "-c", "trap '' TERM; sleep 60"]
+    timeout: 1
+    arguments: {type: object, additionalProperties: false}
+  daemonize:
+    command: ["sh", "-c", "sleep 30 & echo started"]
+    output: text
+    timeout: 20
+    arguments: {type: object, additionalProperties: false}
+  tail_secret:
+    command: ["sh", "-c", 'printf "%s" "$1" >&2; head -c 1990 /dev/zero | tr "\\\\0" x >&2; exit 1', "sh", "{value}"]
+    arguments: {type: object, properties: {value: {type: string}}, required: [value],
+                additionalProperties: false}
+  leave:
+    python: hard:leave
+    arguments: {type: object, additionalProperties: false}
+  odd:
+    python: hard:odd
+    arguments: {type: object, additionalProperties: false}
+  deep:
+    python: hard:deep
+    arguments: {type: object, additionalProperties: false}
+  ask:
+    python: hard:ask
+    arguments: {type: object, additionalProperties: false}
+  echo:
+    python: hard:echo
+    arguments: {type: object, properties: {value: {}}, required: [value],
+                additionalProperties: false}
+"""
+
+
+class Proj:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "plans").mkdir(parents=True)
+        (root / "hard.py").write_text(MODULE)
+        (root / "tools.yaml").write_text(TOOLS)
+        self.journal = root / "journal.sqlite3"
+
+    def plan(self, name: str, text: str) -> None:
+        (self.root / "plans" / f"{name}.yaml").write_text(text)
+
+    def one_step(self, name: str, tool: str, arguments: str = "{}", params: str = "") -> None:
+        self.plan(name, f"planrun: 1\ngoal: {name}\n{params}steps:\n"
+                        f"  - {{id: s, tool: {tool}, arguments: {arguments}}}\n")
+
+    def run(self, *args: str, stdin: int | None = subprocess.DEVNULL, journal: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, PLANRUN_JOURNAL=journal or str(self.journal))
+        return subprocess.run([*PLANRUN, *args], cwd=self.root, env=env, text=True,
+                              capture_output=True, stdin=stdin, timeout=60)
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Proj:
+    return Proj(tmp_path / "p")
+
+
+def _step(res: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    return dict(json.loads(res.stdout)["steps"][0])
+
+
+def test_a_command_ignoring_sigterm_is_killed_at_its_timeout(proj: Proj) -> None:
+    proj.one_step("stub", "stubborn")
+    res = proj.run("execute", "stub", "--json")
+    assert res.returncode == 1
+    step = _step(res)
+    assert step["status"] == "indeterminate"
+    assert step["error"] == {"code": "timeout", "message":
+                             "command ran past its timeout of 1.0 s and was killed"}
+
+
+def test_a_background_child_does_not_hold_the_call_open(proj: Proj) -> None:
+    proj.one_step("bg", "daemonize")
+    res = proj.run("execute", "bg", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    assert json.loads(proj.run("output", run_id, "s").stdout) == "started"
+
+
+@pytest.mark.parametrize(("tool", "code", "needle"), [
+    ("leave", "tool_error", "SystemExit: 3"),
+    ("odd", "tool_error", "Odd: <the exception's message could not be read>"),
+    ("deep", "output", "nested too deeply"),
+])
+def test_odd_python_tools_fail_their_step_not_planrun(proj: Proj, tool: str, code: str,
+                                                      needle: str) -> None:
+    proj.one_step("t", tool)
+    res = proj.run("execute", "t", "--json")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    step = _step(res)
+    assert step["status"] == "failed"
+    assert isinstance(step["error"], dict)
+    assert step["error"]["code"] == code
+    assert needle in str(step["error"]["message"])
+
+
+def test_a_tool_reading_stdin_gets_end_of_file_not_the_pipe(proj: Proj) -> None:
+    proj.one_step("ask", "ask")
+    # stdin is a pipe nobody ever writes to or closes: reading it would hang forever
+    read, write = os.pipe()
+    try:
+        res = proj.run("execute", "ask", "--json", stdin=read)
+    finally:
+        os.close(read)
+        os.close(write)
+    step = _step(res)
+    assert step["status"] == "failed"
+    assert "EOFError" in str(step["error"])
+
+
+def test_a_json_plan_with_a_huge_integer_is_a_syntax_issue(proj: Proj) -> None:
+    (proj.root / "plans" / "big.json").write_text(
+        '{"planrun": 1, "goal": "g", "steps": [{"id": "a", "tool": "echo", '
+        '"arguments": {"value": ' + "9" * 5000 + "}}]}")
+    res = proj.run("validate", "big", "--format", "json")
+    assert res.returncode == 3
+    assert [i["code"] for i in json.loads(res.stdout)["plans"][0]["issues"]] == ["syntax"]
+
+
+def test_a_journal_that_is_not_a_regular_file_or_not_planruns_is_refused(
+        proj: Proj, tmp_path: Path) -> None:
+    proj.one_step("e", "echo", "{value: 1}")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    res = proj.run("execute", "e", journal=str(fifo))
+    assert res.returncode == 6
+    assert "not a regular file" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("fifo")) == ["fifo"]
+    foreign = tmp_path / "other.sqlite3"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE mine (a)")
+    res = proj.run("execute", "e", journal=str(foreign))
+    assert res.returncode == 6
+    assert "not a planrun journal" in res.stderr
+    with sqlite3.connect(foreign) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"mine"}  # nothing of ours was written into it
+
+
+def test_a_parameter_given_twice_is_a_usage_error(proj: Proj) -> None:
+    proj.one_step("e", "echo", '{value: "{params.v}"}', params="params:\n  v: {type: string}\n")
+    res = proj.run("execute", "e", "-p", "v=1", "-p", "v=2")
+    assert res.returncode == 2
+    assert "given twice" in res.stderr
+
+
+@pytest.mark.parametrize(("schema", "value", "secret_texts"), [
+    ("{type: integer, secret: true}", "98765432", ["98765432"]),
+    ("{type: object, secret: true}", '{"user": "bob", "password": "hunter2XYZ"}',
+     ["hunter2XYZ"]),
+])
+def test_number_and_structured_secrets_are_masked(proj: Proj, schema: str, value: str,
+                                                  secret_texts: list[str]) -> None:
+    proj.one_step("s", "echo", '{value: "{params.v}"}', params=f"params:\n  v: {schema}\n")
+    res = proj.run("execute", "s", "-p", f"v={value}", "--json")
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    texts = [res.stdout, res.stderr, proj.run("output", run_id, "s").stdout,
+             proj.run("log", run_id, "--json").stdout]
+    texts += [p.read_bytes().decode("utf-8", "replace") for p in proj.root.iterdir()
+              if p.name.startswith("journal.sqlite3")]
+    for text in texts:
+        for secret in secret_texts:
+            assert secret not in text
+
+
+def test_a_secret_cut_by_the_stderr_tail_leaves_no_fragment(proj: Proj) -> None:
+    secret = "AbCdEfGhIjKlMnOpQrSt"
+    proj.one_step("t", "tail_secret", '{value: "{params.v}"}',
+                  params="params:\n  v: {type: string, secret: true}\n")
+    res = proj.run("execute", "t", "-p", f"v={secret}", "--json")
+    assert res.returncode == 1
+    message = str(_step(res)["error"])
+    for cut in range(4, len(secret) + 1):
+        assert secret[-cut:] not in message  # no tail end of the secret either
+    assert "***" in message
