@@ -57,7 +57,12 @@ tools:
     timeout: 20
     arguments: {type: object, additionalProperties: false}
   tail_secret:
-    command: ["sh", "-c", 'printf "%s" "$1" >&2; head -c 1990 /dev/zero | tr "\\\\0" x >&2; exit 1', "sh", "{value}"]
+    command:
+      - sh
+      - -c
+      - 'printf "%s" "$1" >&2; head -c 1990 /dev/zero | tr "\\\\0" x >&2; exit 1'
+      - sh
+      - "{value}"
     arguments: {type: object, properties: {value: {type: string}}, required: [value],
                 additionalProperties: false}
   leave:
