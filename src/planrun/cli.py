@@ -199,14 +199,12 @@ def execute(
     """Run a plan: validate, journal, clear approvals, run steps in dependency order."""
     from . import api, ui
 
-    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
-    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
-    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
-    with ui.progress_reporter(quiet, no_color) as progress:
-        result = _guard(lambda: api.execute(
-            settings, plan, given, approve=approve or [], approve_all=approve_all,
-            approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-            dry_run=dry_run, progress=progress), verbose, as_json)
+    result = _drive(lambda settings, given, approver, progress: api.execute(
+        settings, plan, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+        dry_run=dry_run, progress=progress), project=project, journal=journal, param=param,
+        params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
+        no_color=no_color, verbose=verbose, as_json=as_json)
     if isinstance(result, api.DryRun):
         if as_json:
             ui.print_json({"plan": result.plan.name, "order": result.order,
@@ -215,6 +213,24 @@ def execute(
             ui.print_dry_run(result)
         raise typer.Exit(0)
     _finish(result, as_json, no_color)
+
+
+def _drive(call: Callable[[Any, Any, Any, Any], T], *, project: str | None,
+           journal: str | None, param: list[str] | None, params_file: str | None,
+           approval_timeout: float | None, quiet: bool, no_color: bool, verbose: bool,
+           as_json: bool) -> T:
+    """The common part of execute, resume and retry.
+
+    Settings, parameters, the person at the terminal (if any), live progress; then
+    ``call(settings, given, approver, progress)``.
+    """
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
+    with ui.progress_reporter(quiet, no_color) as progress:
+        return _guard(lambda: call(settings, given, approver, progress), verbose, as_json)
 
 
 def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn:
@@ -263,21 +279,21 @@ def resume(
     """Continue an interrupted run without repeating finished steps."""
     from . import api, lifecycle, ui
 
-    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
-    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
     if explain:
+        settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+        given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
         report = _guard(lambda: lifecycle.explain(settings, run, given), verbose, as_json)
         if as_json:
             ui.print_json(report)
         else:
             ui.print_explain(report)
         raise typer.Exit(0)
-    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
-    with ui.progress_reporter(quiet, no_color) as progress:
-        result = _guard(lambda: lifecycle.resume(
-            settings, run, given, approve=approve or [], approve_all=approve_all,
-            approver=approver, max_parallel=max_parallel, progress=progress),
-            verbose, as_json)
+    result = _drive(lambda settings, given, approver, progress: lifecycle.resume(
+        settings, run, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, progress=progress), project=project,
+        journal=journal, param=param, params_file=params_file,
+        approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
+        as_json=as_json)
     _finish(result, as_json, no_color)
 
 
@@ -337,16 +353,14 @@ def retry(
     no_color: NoColorOpt = False,
 ) -> None:
     """Start a child run of a failed run: inherit succeeded steps, re-run the rest."""
-    from . import api, lifecycle, ui
+    from . import lifecycle
 
-    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
-    given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
-    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
-    with ui.progress_reporter(quiet, no_color) as progress:
-        result = _guard(lambda: lifecycle.retry(
-            settings, run, given, approve=approve or [], approve_all=approve_all,
-            approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-            progress=progress), verbose, as_json)
+    result = _drive(lambda settings, given, approver, progress: lifecycle.retry(
+        settings, run, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+        progress=progress), project=project, journal=journal, param=param,
+        params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
+        no_color=no_color, verbose=verbose, as_json=as_json)
     _finish(result, as_json, no_color)
 
 
