@@ -266,7 +266,8 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
             "digest": plan.digest, "revision": plan.revision, "goal": plan.goal,
             "params_json": dumps(runner.masked_params(plan)),
             "contracts_json": dumps(runner.contracts(plan)),
-            "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going}),
+            "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
+                                   "file_sha256": file_sha256(loaded.path)}),
             "status": "running", "created_at": created, "lease_owner": owner,
             "lease_expires": time.time() + LEASE_TTL_S,
         }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
@@ -280,6 +281,16 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                             owner=owner, max_parallel=parallel, keep_going=keep_going,
                             progress=progress, fresh=True)
+
+
+def file_sha256(path: Path | None) -> str | None:
+    """SHA-256 of a plan file's bytes (to notice later edits cheaply), or None."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path else None
+    except OSError:
+        return None
 
 
 def _first_code(report: PlanReport) -> str:

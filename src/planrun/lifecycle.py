@@ -38,17 +38,14 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
         Refused: the plan no longer fits (the ordinary report codes, exit 3).
     """
     from .api import load_registry
-    from .loading import DocumentError, parse_text
+    from .loading import Document
     from .validation import check_plan
 
     registry = load_registry(settings)
     shown = f"journal:{row['run_id']} ({row['plan_file']})"
-    try:
-        doc = parse_text(json.dumps(json.loads(row["plan_json"]), indent=2), kind="json",
-                         file=shown)
-    except DocumentError as exc:  # pragma: no cover - we wrote it
-        raise Refused("the journaled plan cannot be read", report=Report(
-            issues=exc.issues)) from None
+    data = json.loads(row["plan_json"])
+    # the journal wrote it: no need to parse it again, only to give issues a text to point at
+    doc = Document(data=data, file=shown, text=json.dumps(data, indent=2), kind="json")
     journaled = json.loads(row["params_json"])
     secret = {k for k, v in journaled.items() if v == runner.SECRET_MASK}
     values = {k: v for k, v in journaled.items() if k not in secret}
@@ -70,7 +67,7 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
 
     with no_gc():
         report, plan = check_plan(doc, registry, settings, merged, concrete=True,
-                                  name_hint=row["plan_name"])
+                                  name_hint=row["plan_name"], known_digest=row["digest"])
     redact.register(report.secrets)
     if plan is None:
         journal.add_event(row["run_id"], "plan_refused",
@@ -86,22 +83,19 @@ def changed_plan_note(settings: Settings, row: dict[str, Any]) -> str | None:
     """A note when the plan file on disk no longer matches the journaled plan.
 
     resume and retry always use the journaled plan; a user who edited the file expects the
-    edit to apply, so say that it does not.
+    edit to apply, so say that it does not. Compares the file's bytes with the SHA-256
+    journaled at execute (cheap even for a large plan).
     """
-    from .canonical import digest
-    from .loading import DocumentError, load_file
+    from .api import file_sha256
 
     shown = row.get("plan_file")
-    if not shown:
+    then = json.loads(row.get("options_json") or "{}").get("file_sha256")
+    if not shown or not then:
         return None
     for base in (Path.cwd(), settings.project):
         path = base / shown
         if path.is_file():
-            try:
-                current = digest(load_file(path).data)
-            except (DocumentError, TypeError, ValueError):
-                current = None
-            if current != row["digest"]:
+            if file_sha256(path) != then:
                 return (f"{shown} changed since run {row['run_id']} started; this uses the "
                         "journaled plan. To run the edited file, start a new run with "
                         "planrun execute.")
@@ -445,7 +439,8 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
         "revision": row["revision"], "goal": row["goal"],
         "params_json": dumps(runner.masked_params(plan)),
         "contracts_json": dumps(runner.contracts(plan)),
-        "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going}),
+        "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
+                               "file_sha256": options.get("file_sha256")}),
         "status": "running", "created_at": now(), "lease_owner": owner,
         "lease_expires": time.time() + LEASE_TTL_S,
     }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],

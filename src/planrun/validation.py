@@ -305,7 +305,8 @@ def _ptr(loc: Iterable[Any]) -> str:
 
 def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                given: ParamInput | None = None, *, concrete: bool | None = None,
-               name_hint: str | None = None) -> tuple[PlanReport, CheckedPlan | None]:
+               name_hint: str | None = None, known_digest: str | None = None
+               ) -> tuple[PlanReport, CheckedPlan | None]:
     """Check one plan document completely.
 
     Args:
@@ -316,6 +317,7 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
         concrete: check with concrete values (missing required parameters are errors);
             default: when any value was given.
         name_hint: the plan's name when the document has no ``name`` (the file stem).
+        known_digest: the digest of ``doc.data`` when already known (a journaled plan).
 
     Returns:
         The report, and the checked plan when the report has no error.
@@ -521,7 +523,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
         return report, None
     plan = CheckedPlan(
         file=doc.file or "", name=name, revision=head.revision, goal=head.goal,
-        document=data, digest=digest(data), params=values, secret_params=secrets,
+        document=data, digest=known_digest or digest(data), params=values,
+        secret_params=secrets,
         steps=checked, deps={s.id: s.depends_on for s in checked},
         max_parallel=head.max_parallel, timeout=head.timeout, policy=registry.policy)
     report.plan["digest"] = plan.digest

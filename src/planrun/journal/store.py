@@ -593,11 +593,13 @@ class Journal:
             c.execute("UPDATE runs SET status = 'running', finished_at = NULL "
                       "WHERE run_id = ?", (run_id,))
             self._event(c, run_id, "run_resumed", data=data, ts=ts)
-            for sid in replayed:
-                c.execute("UPDATE steps SET replayed = 1 WHERE run_id = ? AND step_id = ?",
-                          (run_id, sid))
-                self._event(c, run_id, "step_replayed", step_id=sid,
-                            data={"source": "journal"}, ts=ts)
+            c.executemany("UPDATE steps SET replayed = 1 WHERE run_id = ? AND step_id = ?",
+                          ((run_id, sid) for sid in replayed))
+            source = dumps({"source": "journal"})
+            c.executemany(
+                "INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json) "
+                "VALUES (?, ?, 'step_replayed', ?, NULL, ?)",
+                ((run_id, ts, sid, source) for sid in replayed))
 
     def resolve_step(self, run_id: str, step_id: str, *, succeeded: bool, output: Any,
                      reason: str | None, decided_by: str, item: int | None = None) -> None:
