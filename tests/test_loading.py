@@ -18,7 +18,6 @@ from planrun.loading import (
     MAX_DEPTH,
     Document,
     DocumentError,
-    iter_plan_files,
     kind_of,
     load_file,
     parse_text,
@@ -504,14 +503,6 @@ def test_pointer_escaping_follows_rfc_6901() -> None:
                                             ("p", "yaml")])
 def test_kind_of(name: str, kind: str) -> None:
     assert kind_of(Path(name)) == kind
-
-
-def test_iter_plan_files_one_per_name_in_lookup_order(tmp_path: Path) -> None:
-    for name in ("b.json", "b.yml", "a.json", "a.yaml", "a.yml", "c.yml", "notes.txt"):
-        (tmp_path / name).write_text("{}", encoding="utf-8")
-    (tmp_path / "d.yaml").mkdir()
-    assert [p.name for p in iter_plan_files(tmp_path)] == ["a.yaml", "b.yml", "c.yml"]
-    assert list(iter_plan_files(tmp_path / "absent")) == []
 
 
 def test_json_floats_and_ints_keep_their_type() -> None:

@@ -548,3 +548,31 @@ def test_redact_masks_strings_not_numbers() -> None:
             "a": "x *** y", "n": 5, "***": [1]}
     finally:
         redact.clear()
+
+
+def test_the_executor_asks_an_injected_approver_and_respects_its_answer(tmp_path: Path) -> None:
+    """The person is injected: a scripted approver stands in for the terminal."""
+    from planrun import api
+    from planrun.approval import ScriptedApprover
+    from planrun.errors import ApprovalError
+    from planrun.paths import load_settings
+
+    project = Proj(tmp_path / "inproc")
+    project.plan("cleanup", CLEANUP)
+    os.environ["CALLS_DIR"] = str(project.root)
+    try:
+        settings = load_settings(project=project.root, journal=project.journal)
+        with pytest.raises(ApprovalError) as denied:
+            api.execute(settings, "cleanup", api.param_input(),
+                        approver=ScriptedApprover({"drop": False}))
+        assert denied.value.code == "approval_denied"
+        assert project.calls() == []
+        manifest = api.execute(settings, "cleanup", api.param_input(),
+                               approver=ScriptedApprover({"drop": True}, who="alice"))
+        assert isinstance(manifest, dict)
+        assert manifest["status"] == "completed"
+        assert {s["id"]: s["approved_by"] for s in manifest["steps"]} == {
+            "prepare": None, "drop": "alice"}
+        assert project.calls() == ["prepare", "drop"]
+    finally:
+        del os.environ["CALLS_DIR"]

@@ -9,8 +9,10 @@ match on (SPEC §4 for plan problems, §7 for run problems)::
     ├── ApprovalError                exit 4  approval_required | approval_denied
     ├── RunError                     exit 5  unknown_run | run_busy | run_not_resumable |
     │                                        indeterminate
-    ├── JournalError                 exit 6  journal        cannot open/write, corrupt, newer
-    └── Interrupted                  exit 130 (SIGINT) / 143 (SIGTERM)
+    └── JournalError                 exit 6  journal        cannot open/write, corrupt, newer
+
+An interrupted run is not an error either: it ends with its manifest (status
+``interrupted``) and exit 130 (SIGINT) or 143 (SIGTERM).
 
 A run that finishes with failed steps is not an error: the manifest says so and the CLI
 exits 1 (``EXIT_RUN_FAILED``).
@@ -143,13 +145,3 @@ class JournalError(PlanrunError):
 
     exit_code = EXIT_JOURNAL
     default_code = "journal"
-
-
-class Interrupted(PlanrunError):
-    """The run was stopped by SIGINT (exit 130) or SIGTERM (exit 143); it is resumable."""
-
-    default_code = "interrupted"
-
-    def __init__(self, message: str, *, signal_exit: int, **kwargs: Any) -> None:
-        super().__init__(message, **kwargs)
-        self.exit_code = signal_exit

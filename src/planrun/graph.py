@@ -72,14 +72,3 @@ def is_ancestor(candidate: str, step: str, deps: Mapping[str, Iterable[str]]) ->
     return False
 
 
-def descendants(roots: Iterable[str], dependents: Mapping[str, Iterable[str]]) -> set[str]:
-    """Every step that depends, directly or not, on one of ``roots`` (roots excluded)."""
-    out: set[str] = set()
-    frontier = list(roots)
-    while frontier:
-        sid = frontier.pop()
-        for child in dependents.get(sid, ()):
-            if child not in out:
-                out.add(child)
-                frontier.append(child)
-    return out

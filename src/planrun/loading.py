@@ -17,7 +17,6 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -593,19 +592,6 @@ def load_file(path: Path, *, display: str | None = None) -> Document:
         raise DocumentError([Issue(code="syntax", file=shown,
                                    message=f"not UTF-8 text (byte {exc.start})")]) from None
     return parse_text(text, kind=kind_of(path), file=shown)
-
-
-def iter_plan_files(plans_dir: Path) -> Iterator[Path]:
-    """Plan files in ``plans_dir`` (one per name: ``.yaml`` > ``.yml`` > ``.json``), by name."""
-    if not plans_dir.is_dir():
-        return
-    seen: set[str] = set()
-    files = [p for p in plans_dir.iterdir() if p.is_file() and p.suffix in PLAN_SUFFIXES]
-    files.sort(key=lambda p: (p.stem, PLAN_SUFFIXES.index(p.suffix)))
-    for p in files:
-        if p.stem not in seen:
-            seen.add(p.stem)
-            yield p
 
 
 #: Suffixes tried for a plan name, in order (SPEC §3 "Plan lookup").

@@ -243,13 +243,6 @@ class Journal:
             kind = "run_interrupted" if status == "interrupted" else "run_finished"
             self._event(c, run_id, kind, data={"status": status, **(data or {})}, ts=ts)
 
-    def set_run_status(self, run_id: str, status: str, event: str | None = None,
-                       data: Any = None) -> None:
-        """Set the run's status (optionally with one event)."""
-        with self._write() as c:
-            c.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
-            if event:
-                self._event(c, run_id, event, data=data)
 
     def record_approval(self, *, run_id: str, step_id: str, tool: str, digest: str,
                         granted: bool, decided_by: str, method: str, reason: str | None,
