@@ -5,3 +5,6 @@ _planrun_completion() {
 }
 
 compdef _planrun_completion planrun
+if [[ "${funcstack[1]}" == "_planrun" ]]; then
+  _planrun_completion "$@"
+fi

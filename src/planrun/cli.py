@@ -538,9 +538,14 @@ def completion(
     """Print the shell completion script (the files in completions/ are this output)."""
     from typer._completion_shared import get_completion_script
 
-    sys.stdout.write(get_completion_script(prog_name="planrun",
-                                           complete_var="_PLANRUN_COMPLETE",
-                                           shell=shell.value).rstrip("\n") + "\n")
+    script = get_completion_script(prog_name="planrun", complete_var="_PLANRUN_COMPLETE",
+                                   shell=shell.value).rstrip("\n") + "\n"
+    if shell is Shell.zsh:
+        # Installed in $fpath as `_planrun`, zsh runs this file on the first Tab: complete
+        # that Tab too, not only the following ones.
+        script += ('if [[ "${funcstack[1]}" == "_planrun" ]]; then\n'
+                   '  _planrun_completion "$@"\nfi\n')
+    sys.stdout.write(script)
 
 
 policy_app = typer.Typer(help="Inspect the [policy] of planrun.toml.", no_args_is_help=True)
