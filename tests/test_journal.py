@@ -572,3 +572,17 @@ def test_resolve_run_id_refuses_unknown_ids_and_wildcards(ids: Journal, ref: str
     with pytest.raises(RunError) as caught:
         ids.resolve_run_id(ref)
     assert caught.value.code == "unknown_run"
+
+
+def test_a_deferred_dispatch_commits_with_the_next_flush_and_can_be_withdrawn(
+        journal: Journal, path: Path) -> None:
+    run_id = new_run(journal)
+    journal.step_started(run_id, "a", attempt=1, key="ka", root_run_id=run_id, defer=True)
+    assert step_status(path, run_id, "a") == "pending"  # not yet written
+    journal.flush()
+    assert step_status(path, run_id, "a") == "running"
+    assert _key_row(path, "ka") is not None
+    # the call was cancelled before it started: nothing happened, so it is pending again
+    journal.withdraw_dispatch(run_id, "a", "ka")
+    assert step_status(path, run_id, "a") == "pending"
+    assert _key_row(path, "ka") is None

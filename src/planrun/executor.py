@@ -245,6 +245,7 @@ class Executor:
 
     async def _main(self, pool: ThreadPoolExecutor) -> None:
         self._pool = pool
+        self._batch: asyncio.Future[None] | None = None
         self._sem = asyncio.Semaphore(self.max_parallel)
         self._pools = {name: asyncio.Semaphore(n) for name, n in self.pools.items()}
         self._running: dict[asyncio.Task[None], str] = {}
@@ -331,6 +332,42 @@ class Executor:
         st = self.state[sid]
         st.status, st.reason = "skipped", reason
         self._emit("skipped", sid, reason=reason, message=message)
+
+    async def _commit_dispatch(self, sid: str, key: str, item: int | None) -> None:
+        """Commit the dispatch records of every call starting now, in one transaction.
+
+        Calls that become ready at the same moment (fan-out workers, independent steps)
+        share one durable commit; none of them is called before it is done.
+        """
+        if self._batch is None:
+            loop = asyncio.get_running_loop()
+            self._batch = loop.create_future()
+            loop.call_soon(self._flush_batch)
+        batch = self._batch
+        try:
+            await asyncio.shield(batch)
+        except asyncio.CancelledError:
+            # cancelled before the call started: once the record is written, take it back
+            def withdraw(done: asyncio.Future[None]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self.journal.withdraw_dispatch(self.run_id, sid, key, item)
+
+            if batch.done():
+                withdraw(batch)
+            else:
+                batch.add_done_callback(withdraw)
+            raise
+
+    def _flush_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch is None or batch.done():
+            return
+        try:
+            self.journal.flush()
+        except BaseException as exc:
+            batch.set_exception(exc)
+        else:
+            batch.set_result(None)
 
     def _stop_reason(self) -> str:
         return self.cancel_reason[0] if self.cancel_reason else "stopped"
@@ -583,7 +620,8 @@ class Executor:
         while True:
             attempt += 1
             journal.step_started(run_id, step.id, attempt=attempt, key=key,
-                                 root_run_id=self.root_run_id, item=item)
+                                 root_run_id=self.root_run_id, item=item, defer=True)
+            await self._commit_dispatch(step.id, key, item)
             if item is None:
                 self.state[step.id].status = "running"
             if item is None:

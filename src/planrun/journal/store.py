@@ -280,10 +280,12 @@ class Journal:
                                                                            item)
 
     def step_started(self, run_id: str, step_id: str, *, attempt: int, key: str,
-                     root_run_id: str, item: int | None = None) -> str:
+                     root_run_id: str, item: int | None = None, defer: bool = False) -> str:
         """The dispatch record: step (or item) ``running`` with its key claimed.
 
-        Written with its ``step_started`` event in one transaction.
+        Written with its ``step_started`` event in one transaction. With ``defer`` it joins
+        the next commit (:meth:`flush`), so that calls starting at the same moment share
+        one durable commit; the caller must flush before calling the tool.
 
         Returns the start time.
 
@@ -293,7 +295,8 @@ class Journal:
         """
         ts = now()
         table, where, args = self._target(run_id, step_id, item)
-        with self._write() as c:
+
+        def write(c: sqlite3.Connection) -> None:
             self._guard(c, run_id)
             cur = c.execute(
                 f"UPDATE {table} SET status = 'running', attempts = ?, idempotency_key = ?, "
@@ -312,7 +315,27 @@ class Journal:
                 (key, root_run_id, run_id, step_id, item, ts))
             self._event(c, run_id, "step_started", step_id=step_id, item=item,
                         data={"attempt": attempt, "key": key}, ts=ts)
+
+        if defer:
+            self._deferred.append(write)
+        else:
+            with self._write() as c:
+                write(c)
         return ts
+
+    def withdraw_dispatch(self, run_id: str, step_id: str, key: str,
+                          item: int | None = None) -> None:
+        """Take back the dispatch record of a call cancelled before it started.
+
+        Back to ``pending``, key released: nothing happened, so nothing is unknown.
+        """
+        table, where, args = self._target(run_id, step_id, item)
+        with self._write() as c:
+            self._guard(c, run_id)
+            c.execute(f"UPDATE {table} SET status = 'pending' WHERE {where} "
+                      "AND status = 'running'", args)
+            c.execute("DELETE FROM idempotency_keys WHERE key = ? AND status = 'running'",
+                      (key,))
 
     @staticmethod
     def _refuse_live_claim(c: sqlite3.Connection, key: str, run_id: str) -> None:
