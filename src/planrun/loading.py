@@ -125,14 +125,18 @@ def _scalar(node: yaml.ScalarNode, file: str | None, ptr: str) -> Any:
     if tag == _INT:
         v = value.lower().lstrip("+")
         try:
-            if v.startswith("0o"):
-                return int(v[2:], 8)
-            if v.startswith("0x"):
-                return int(v[2:], 16)
-            return int(v, 10)
+            if v.startswith(("0o", "0x")):
+                number = int(v[2:], 8 if v[1] == "o" else 16)
+                str(number)  # 0x + 4,000 hex digits reads, but could never be printed
+                return number
+            number = int(v, 10)
+            str(number)  # printable: under Python's limit on digits (4,300)
+            return number
         except ValueError:
             raise DocumentError(
-                [_issue("syntax", f"{value!r} is not an integer", file, node.start_mark, ptr)]
+                [_issue("syntax", f"{_clip(value)} is not an integer planrun can hold "
+                        "(at most 4,300 decimal digits); quote it to make it text",
+                        file, node.start_mark, ptr)]
             ) from None
     if tag == _FLOAT:
         try:
@@ -150,6 +154,10 @@ def _scalar(node: yaml.ScalarNode, file: str | None, ptr: str) -> Any:
         _issue("syntax", f"unsupported YAML tag {tag!r}: only the JSON data model is accepted",
                file, node.start_mark, ptr)
     ])
+
+
+def _clip(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _expanded_size(root: yaml.Node) -> tuple[int, int]:
@@ -481,6 +489,38 @@ def _json_issue(code: str, message: str, text: str, file: str | None, offset: in
     return Issue(code=code, message=message, file=file, line=line, column=col, path=path)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone UTF-16 surrogate (not a character; cannot be UTF-8)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def not_text(data: Any) -> str | None:
+    r"""JSON Pointer of the first string (value or key) in ``data`` that is not Unicode text.
+
+    A JSON escape such as ``"\ud800"`` (half of a surrogate pair) decodes to a lone
+    surrogate, which no UTF-8 output, journal or tool can take; such a file is refused
+    when it is read (``syntax``). None when every string is text.
+    """
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, ptr = stack.pop()
+        if isinstance(node, str):
+            if has_surrogate(node):
+                return ptr
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                sub = f"{ptr}/{pointer_escape(k)}"
+                if has_surrogate(k):
+                    return sub
+                stack.append((v, sub))
+        elif isinstance(node, list):
+            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
+    return None
+
+
 def _too_deep(data: Any) -> bool:
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
@@ -526,6 +566,13 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
         if _too_deep(data):
             raise DocumentError([Issue(code="too_large", file=file,
                                        message=f"nesting deeper than {MAX_DEPTH} levels")])
+        bad = not_text(data)
+        if bad is not None:
+            where = _index_json(text).where.get(bad)
+            raise DocumentError([_json_issue(
+                "syntax", "not valid JSON text: a \\uD800-\\uDFFF escape that is not half of "
+                "a surrogate pair is not a character; write the character itself or a "
+                "complete pair", text, file, where[0] if where else None, bad)])
         if dups:
             found = _index_json(text).duplicates
             raise DocumentError([
@@ -560,6 +607,10 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
             f"(bound: {MAX_ALIAS_EXPANSION:,}); write the values out or use fewer aliases",
             file, root.start_mark)])
     data = _construct(root, file)
+    bad = not_text(data)
+    if bad is not None:  # not expected from YAML's own escapes; kept as a guard
+        raise DocumentError([_issue("syntax", "a string holds a lone UTF-16 surrogate, which "
+                                    "is not a character", file, root.start_mark, bad)])
     return Document(data=data, file=file, text=text, kind="yaml", _root=root, _composed=True)
 
 

@@ -12,6 +12,7 @@ are reported before any plan is looked at.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import sys
@@ -41,13 +42,30 @@ def _strict_validator_class() -> Any:
     def is_number(_checker: Any, instance: Any) -> bool:
         return isinstance(instance, int | float) and not isinstance(instance, bool)
 
+    from .patterns import KEYWORDS
+
     checker = Draft202012Validator.TYPE_CHECKER.redefine_many(
         {"integer": is_integer, "number": is_number})
     return validators.extend(  # type: ignore[no-untyped-call]
-        Draft202012Validator, type_checker=checker)
+        Draft202012Validator, validators=KEYWORDS, type_checker=checker)
+
+
+def _format_checker() -> Any:
+    """2020-12's format checker with ``regex`` meaning "a pattern planrun can use" (RE2)."""
+    import copy
+
+    from jsonschema import Draft202012Validator
+
+    from .patterns import PatternError, is_regex
+
+    checker = copy.copy(Draft202012Validator.FORMAT_CHECKER)
+    checker.checkers = dict(checker.checkers)
+    checker.checks("regex", raises=PatternError)(is_regex)
+    return checker
 
 
 _STRICT_CLASS: Any = None
+_FORMAT_CHECKER: Any = None
 
 
 def strict_validator(schema: dict[str, Any] | bool) -> Validator:
@@ -55,12 +73,11 @@ def strict_validator(schema: dict[str, Any] | bool) -> Validator:
 
     The schema must already have passed :func:`schema_problems`.
     """
-    global _STRICT_CLASS
+    global _STRICT_CLASS, _FORMAT_CHECKER
     if _STRICT_CLASS is None:
         _STRICT_CLASS = _strict_validator_class()
-    from jsonschema import Draft202012Validator
-
-    v: Validator = _STRICT_CLASS(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        _FORMAT_CHECKER = _format_checker()
+    v: Validator = _STRICT_CLASS(schema, format_checker=_FORMAT_CHECKER)
     return v
 
 
@@ -72,8 +89,16 @@ def _meta_validator() -> Any:
 
 
 def schema_problems(schema: Any) -> list[tuple[str, str]]:
-    """(JSON Pointer inside the schema, message) for each way ``schema`` breaks 2020-12."""
+    """(JSON Pointer inside the schema, message) for each way ``schema`` breaks 2020-12.
+
+    Besides the metaschema: every ``$ref`` resolves inside the schema, no chain of
+    ``$ref``/``allOf``/``anyOf``/``oneOf``/``not``/``if`` leads back to itself (it would
+    never finish), and every ``pattern``/``patternProperties`` compiles as a linear-time
+    pattern (:mod:`planrun.patterns`).
+    """
     from jsonschema.exceptions import best_match
+
+    from .patterns import pattern_problems
 
     if not isinstance(schema, dict | bool):
         return [("", f"a JSON Schema must be an object, not {type(schema).__name__}")]
@@ -82,7 +107,8 @@ def schema_problems(schema: Any) -> list[tuple[str, str]]:
         err = best_match(errors)
         ptr = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.path)
         return [(ptr, f"not a valid JSON Schema: {err.message}")]
-    return _unresolvable_refs(schema)
+    problems = _unresolvable_refs(schema) + pattern_problems(schema)
+    return problems or _ref_loops(schema)
 
 
 def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
@@ -112,6 +138,77 @@ def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
         elif isinstance(node, list):
             stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
     return out
+
+
+#: Keywords that apply a subschema to the *same* instance (no descent into it).
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_LIST = ("allOf", "anyOf", "oneOf")
+
+
+def _ref_loops(schema: Any) -> list[tuple[str, str]]:
+    """A ``$ref`` that leads back to where it started without descending into the instance.
+
+    ``{"$ref": "#"}`` or two definitions that refer to each other would make validation
+    recurse forever (a RecursionError); they are refused instead. A reference reached
+    through ``properties``/``items`` is fine (each step goes one level into the instance).
+    """
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    if not isinstance(schema, dict):
+        return []
+    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    where: dict[int, str] = {}
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, ptr = stack.pop()
+        if isinstance(node, dict):
+            where.setdefault(id(node), ptr)
+            stack.extend((v, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}")
+                         for k, v in node.items()
+                         if k not in ("const", "enum", "default", "examples"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
+
+    def edges(node: dict[str, Any]) -> list[tuple[Any, str]]:
+        ptr = where.get(id(node), "")
+        out: list[tuple[Any, str]] = []
+        for kw in ("$ref", "$dynamicRef"):
+            ref = node.get(kw)
+            if isinstance(ref, str):
+                with contextlib.suppress(Unresolvable):
+                    out.append((resolver.lookup(ref).contents, f"{ptr}/{kw}"))
+        out.extend((node[kw], f"{ptr}/{kw}") for kw in _IN_PLACE_ONE if kw in node)
+        for kw in _IN_PLACE_LIST:
+            if isinstance(node.get(kw), list):
+                out.extend((v, f"{ptr}/{kw}/{i}") for i, v in enumerate(node[kw]))
+        deps = node.get("dependentSchemas")
+        if isinstance(deps, dict):
+            out.extend((v, f"{ptr}/dependentSchemas") for v in deps.values())
+        return out
+
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+    for start in [schema]:
+        path: list[tuple[dict[str, Any], list[tuple[Any, str]]]] = [(start, edges(start))]
+        state[id(start)] = 1
+        while path:
+            node, todo = path[-1]
+            if not todo:
+                state[id(node)] = 2
+                path.pop()
+                continue
+            nxt, via = todo.pop()
+            if not isinstance(nxt, dict):
+                continue
+            if state.get(id(nxt)) == 1:
+                return [(via, "this reference leads back to the schema it is in without "
+                         "descending into the value (validation would never finish); "
+                         "refer to a definition that checks something first")]
+            if id(nxt) not in state:
+                state[id(nxt)] = 1
+                path.append((nxt, edges(nxt)))
+    return []
 
 
 @dataclass
@@ -213,7 +310,7 @@ _SCRIPT_FLAG: dict[str, re.Pattern[str]] = {
 def _interpreter(element: str) -> str | None:
     """``sh`` for ``/usr/bin/bash``, ``python`` for ``python3.11``; None otherwise."""
     prog = Path(element).name
-    base = re.sub(r"[\d.]+$", "", prog)
+    base = prog.rstrip("0123456789.")  # linear, whatever the name (no regex)
     for name in (prog, base):
         if name in _SH_FAMILY:
             return "sh"
@@ -458,6 +555,11 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
             add(pointer("tools", name, "accepts"),
                 f"tool {name!r}: cannot use {entry.accepts!r} as a contract: "
                 f"{type(exc).__name__}: {exc}")
+            return None
+        for ptr, msg in schema_problems(contract):
+            add(pointer("tools", name, "accepts"),
+                f"tool {name!r}: the JSON Schema of {entry.accepts!r} (at {ptr or '/'}) "
+                f"{msg}")
             return None
     if entry.command is not None:
         _check_command(name, entry, contract, add)

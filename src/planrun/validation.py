@@ -9,7 +9,6 @@ no coercion, no dropping of unknown fields, no trimming.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 from . import graph
 from .canonical import digest
 from .issues import Issue, PlanReport
-from .loading import Document, pointer
+from .loading import Document, has_surrogate, pointer
 from .params import (
     UNKNOWN,
     IndexRef,
@@ -33,6 +32,7 @@ from .params import (
     substitute,
 )
 from .paths import Settings
+from .patterns import search
 from .registry import ToolRegistry, ToolSpec, schema_problems, strict_validator
 
 _FANOUT_ONLY = ("max_parallel", "max_items", "on_item_error")
@@ -204,6 +204,11 @@ def _resolve_params(declared: dict[str, Any], given: ParamInput, concrete: bool,
         if name in cli_names:
             text = given.cli.get(name, given.env.get(name))
             assert text is not None
+            if has_surrogate(text):
+                out.add("param_type", f"parameter {name!r}: the value is not UTF-8 text "
+                        "(it holds bytes that do not decode); give it as UTF-8",
+                        located=False)
+                continue
             try:
                 raw[name] = parse_cli_value(text, schema)
             except ValueError as exc:
@@ -278,7 +283,7 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[tuple[s
             known = schema.get("properties") or {}
             patterns = schema.get("patternProperties") or {}
             extras = [k for k in err.instance if k not in known
-                      and not any(re.search(p, k) for p in patterns)]
+                      and not any(search(p, k) for p in patterns)]
             for k in extras or list(err.instance):
                 hint = _suggest(k, known) if known else ""
                 out.append((_ptr((*loc, k)), f"argument {k!r} is not declared by tool "
