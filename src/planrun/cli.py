@@ -50,7 +50,22 @@ ParamsFileOpt = Annotated[str | None, typer.Option(
     "--params-file", help="YAML or JSON file of parameter values.", metavar="FILE")]
 
 
+def _text(value: str | None) -> str | None:
+    """Refuse a value that is not UTF-8 text (undecodable bytes in argv): usage, exit 2.
+
+    Run ids, step ids, plan names and reasons are looked up in or written to the journal,
+    which holds text only.
+    """
+    if value is not None and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise typer.BadParameter(f"{value!r} is not UTF-8 text") from None
+    return value
+
+
 RunArg = Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).",
+                                       callback=_text,
                                        autocompletion=lambda incomplete: _complete_runs(
                                            incomplete))]
 ApproveOpt = Annotated[list[str] | None, typer.Option(
@@ -59,9 +74,10 @@ ApproveAllOpt = Annotated[bool, typer.Option(
     "--approve-all", help="Clear every step that needs approval.")]
 ApprovalTimeoutOpt = Annotated[float | None, typer.Option(
     "--approval-timeout", help="On a terminal, deny when nobody answers in this many "
-    "seconds.", metavar="SECONDS", min=0)]
+    "seconds.", metavar="SECONDS", min=0, max=1e9)]
 MaxParallelOpt = Annotated[int | None, typer.Option(
-    "--max-parallel", help="Calls running at once (default: as journaled).", min=1)]
+    "--max-parallel", help="Calls running at once (default: as journaled).", min=1,
+    max=2**63 - 1)]
 
 
 class Format(StrEnum):
@@ -258,6 +274,7 @@ def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn
 @app.command()
 def resume(
     run: Annotated[str | None, typer.Argument(
+        callback=_text,
         help="Run id or prefix (default: the most recent interrupted or running run).",
         autocompletion=lambda incomplete: _complete_runs(incomplete))] = None,
     explain: Annotated[bool, typer.Option(
@@ -300,7 +317,7 @@ def resume(
 @app.command()
 def resolve(
     run: RunArg,
-    step: Annotated[str, typer.Argument(help="The indeterminate step.")],
+    step: Annotated[str, typer.Argument(help="The indeterminate step.", callback=_text)],
     succeeded: Annotated[bool, typer.Option(
         "--succeeded", help="Its effect happened: record it as succeeded.")] = False,
     failed: Annotated[bool, typer.Option(
@@ -309,9 +326,9 @@ def resolve(
         "--output", help="With --succeeded: the step's output, as JSON.",
         metavar="JSON")] = None,
     reason: Annotated[str | None, typer.Option(
-        "--reason", help="Why (journaled).", metavar="TEXT")] = None,
+        "--reason", help="Why (journaled).", metavar="TEXT", callback=_text)] = None,
     item: Annotated[int | None, typer.Option(
-        "--item", help="A fan-out item's index.", min=0)] = None,
+        "--item", help="A fan-out item's index.", min=0, max=2**63 - 1)] = None,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -592,11 +609,12 @@ def status(
 
 @app.command()
 def runs(
-    plan: Annotated[str | None, typer.Option("--plan", help="Only runs of this plan.")] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="Only runs of this plan.",
+                                             callback=_text)] = None,
     status_: Annotated[RunStatus | None, typer.Option("--status", help="Only runs in this "
                                                       "status.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many.",
-                                              min=1)] = None,
+                                              min=1, max=2**63 - 1)] = None,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -643,9 +661,9 @@ def log(
 @app.command()
 def output(
     run: RunArg,
-    step: Annotated[str, typer.Argument(help="Step id.")],
+    step: Annotated[str, typer.Argument(help="Step id.", callback=_text)],
     item: Annotated[int | None, typer.Option("--item", help="A fan-out item's index.",
-                                             min=0)] = None,
+                                             min=0, max=2**63 - 1)] = None,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
@@ -666,6 +684,12 @@ def main() -> None:
     """
     from typer.exceptions import TyperException
 
+    # Text that is not UTF-8 (a lone surrogate from an undecodable byte) is printed as a
+    # backslash escape, never an exception: printing must not change an outcome.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         code = app(prog_name="planrun", standalone_mode=False)
     except KeyboardInterrupt:

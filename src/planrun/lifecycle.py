@@ -359,10 +359,12 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
     if output is not None:
         if not succeeded:
             raise UsageError("--output goes with --succeeded")
-        try:
-            value = json.loads(output)
-        except ValueError as exc:
-            raise UsageError(f"--output is not valid JSON: {exc}") from None
+        from .loading import DocumentError, parse_text
+
+        try:  # the rules of a JSON file: finite numbers, bounded depth, text, no dup keys
+            value = parse_text(output, kind="json").data
+        except DocumentError as exc:
+            raise UsageError(f"--output is not valid JSON: {exc.issues[0].message}") from None
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal:
         run_id = journal.resolve_run_id(run_ref)

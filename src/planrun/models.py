@@ -21,8 +21,16 @@ PARAM_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-PositiveInt = Annotated[int, Field(ge=1)]
-Seconds = Annotated[float, Field(gt=0)]
+#: The largest integer SQLite stores (a signed 64-bit integer).
+MAX_STORED_INT = 2**63 - 1
+#: The longest wait planrun accepts, in seconds (~31 years): every timer the OS offers
+#: (``threading.TIMEOUT_MAX``, ``select``) takes it.
+MAX_SECONDS = 1e9
+#: The most calls ``retries.max_attempts`` may ask for (``backoff_s * 2^999`` stays finite).
+MAX_ATTEMPTS = 1000
+
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_STORED_INT)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
 
 
 class Retries(BaseModel):
@@ -33,8 +41,8 @@ class Retries(BaseModel):
     """
 
     model_config = _STRICT
-    max_attempts: PositiveInt = 1
-    backoff_s: Annotated[float, Field(ge=0)] = 0.0
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)] = 1
+    backoff_s: Annotated[float, Field(ge=0, le=86_400)] = 0.0
     on_exit_codes: list[int] | None = None
 
 
