@@ -568,11 +568,11 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
                                        message=f"nesting deeper than {MAX_DEPTH} levels")])
         bad = not_text(data)
         if bad is not None:
-            where = _index_json(text).where.get(bad)
+            at = _index_json(text).where.get(bad)
             raise DocumentError([_json_issue(
                 "syntax", "not valid JSON text: a \\uD800-\\uDFFF escape that is not half of "
                 "a surrogate pair is not a character; write the character itself or a "
-                "complete pair", text, file, where[0] if where else None, bad)])
+                "complete pair", text, file, at[0] if at else None, bad)])
         if dups:
             found = _index_json(text).duplicates
             raise DocumentError([

@@ -10,7 +10,11 @@ Pragmas: WAL, ``synchronous=FULL`` (a committed record survives power loss),
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+import tempfile
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,13 +170,16 @@ def open_read(path: Path) -> sqlite3.Connection | None:
     if path.is_dir():
         raise _is_dir(path)
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                               timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn = _connect_ro(path, "mode=ro")
         version = _version(conn)
     except sqlite3.Error as exc:
-        raise _fail(path, exc, "read") from None
+        if not _read_only_storage(path):
+            raise _fail(path, exc, "read") from None
+        try:
+            conn = _open_on_read_only_storage(path)
+            version = _version(conn)
+        except (sqlite3.Error, OSError) as again:
+            raise _fail(path, again, "read") from None
     _check_version(path, version)
     if version == 0:
         conn.close()
@@ -184,3 +191,59 @@ def open_read(path: Path) -> sqlite3.Connection | None:
                            f"needs {SCHEMA_VERSION}",
                            hint="Run any planrun execute/resume once to migrate it.")
     return conn
+
+
+def _connect_ro(path: Path, query: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True,
+                           timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def _read_only_storage(path: Path) -> bool:
+    """Whether the journal's folder cannot be written (read-only mount or permissions)."""
+    return not os.access(path.parent, os.W_OK)
+
+
+def _open_on_read_only_storage(path: Path) -> sqlite3.Connection:
+    """Read a WAL journal whose folder cannot be written (SQLite cannot create ``-shm``).
+
+    SQLite opens a WAL database read-only only if its ``-shm`` file exists or can be
+    created (https://sqlite.org/wal.html#readonly). On read-only storage:
+
+    - no ``-wal`` file, or an empty one (the journal was closed cleanly): nothing can change
+      the file, so it is opened ``immutable=1`` (no locks, no ``-shm``);
+    - a ``-wal`` with content (e.g. copied without its ``-shm``): the database and its WAL
+      are copied into a private temporary folder and the copy is read, so committed
+      records in the WAL are seen; the copy is removed when the connection is collected
+      or the process exits.
+    """
+    wal = path.with_name(path.name + "-wal")
+    if not wal.exists() or wal.stat().st_size == 0:
+        return _connect_ro(path, "mode=ro&immutable=1")
+    folder = Path(tempfile.mkdtemp(prefix="planrun-ro-"))
+    try:
+        copy = folder / path.name
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, folder / wal.name)
+        conn = sqlite3.connect(f"{copy.as_uri()}?mode=ro", uri=True, isolation_level=None,
+                               check_same_thread=False, factory=_SnapshotConnection)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    conn.folder = folder
+    weakref.finalize(conn, shutil.rmtree, folder, True)  # also run at exit
+    return conn
+
+
+class _SnapshotConnection(sqlite3.Connection):
+    """A connection to a private copy of a journal; closing it removes the copy."""
+
+    folder: Path | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
