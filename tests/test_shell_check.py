@@ -55,7 +55,9 @@ def _write(tmp_path: Path, argv: list[str]) -> tuple[ToolRegistry, list[Issue]]:
 def test_placeholders_that_could_become_code_are_refused(tmp_path: Path,
                                                          argv: list[str]) -> None:
     registry, issues = _write(tmp_path, argv)
-    assert [i.code for i in issues] == ["registry"], issues
+    assert issues, argv
+    assert {i.code for i in issues} == {"registry"}, issues
+    assert all(i.line is not None for i in issues)
     assert "t" not in registry
 
 

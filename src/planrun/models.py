@@ -104,6 +104,10 @@ class Tool(BaseModel):
     retries: Retries | None = None
     cwd: str | None = None
     pool: str | None = None
+    #: command tools: arguments whose placeholder may sit inside a larger argv element.
+    allow_embedded: list[str] | None = None
+    #: command tools: arguments (or ``true``: all) whose value may start with ``-``.
+    allow_option_values: bool | list[str] | None = None
 
 
 class Registry(BaseModel):

@@ -4,10 +4,10 @@ Every tool has a contract (a JSON Schema 2020-12 of its arguments object, or a p
 model named by ``accepts``). Contracts are checked with *strict* types: ``integer`` accepts
 only integers (``60.0`` is refused), booleans are never numbers, strings are never numbers.
 
-A registry problem (unknown field, no contract, malformed schema, unimportable callable,
-a ``{name}`` in an argv element that cannot be filled, a placeholder inside shell script
-text) is an :class:`~planrun.issues.Issue` coded ``registry`` with file/line; all of them
-are reported before any plan is looked at.
+A registry problem (unknown field, no contract, malformed schema, a pattern that is not
+linear-time, unimportable callable, a ``{name}`` in an argv element that cannot be filled
+or could become code, see :mod:`planrun.argv`) is an :class:`~planrun.issues.Issue` coded
+``registry`` with file/line; all of them are reported before any plan is looked at.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
     from .models import Tool
-
-_ARGV_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_-]*)\}")
 
 
 def _strict_validator_class() -> Any:
@@ -289,119 +287,6 @@ def _import(target: str) -> Any:
     return obj
 
 
-def _argv_names(element: str) -> list[str]:
-    return [m.group(1) for m in _ARGV_PLACEHOLDER.finditer(element) if m.group(1)]
-
-
-_SH_FAMILY = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh",
-                        "tcsh", "yash", "posh", "su"})
-#: Interpreter → a pattern matching its program-text flags (the next element is code).
-_SCRIPT_FLAG: dict[str, re.Pattern[str]] = {
-    "sh": re.compile(r"[-+][A-Za-z]*c[A-Za-z]*|--command"),
-    "python": re.compile(r"-[A-Za-z]*c[A-Za-z]*"),
-    "perl": re.compile(r"-[A-Za-z]*[eE][A-Za-z]*"),
-    "ruby": re.compile(r"-[A-Za-z]*e[A-Za-z]*"),
-    "node": re.compile(r"-[A-Za-z]*[ep][A-Za-z]*|--eval|--print"),
-    "pwsh": re.compile(r"-c|-Command|-command|-EncodedCommand|-e"),
-    "powershell": re.compile(r"-c|-Command|-command|-EncodedCommand|-e"),
-}
-
-
-def _interpreter(element: str) -> str | None:
-    """``sh`` for ``/usr/bin/bash``, ``python`` for ``python3.11``; None otherwise."""
-    prog = Path(element).name
-    base = prog.rstrip("0123456789.")  # linear, whatever the name (no regex)
-    for name in (prog, base):
-        if name in _SH_FAMILY:
-            return "sh"
-        if name in _SCRIPT_FLAG:
-            return name
-    return None
-
-
-def _script_indices(argv: list[str]) -> tuple[set[int], set[int]]:
-    """(program-text indices, interpreter option indices) of a command.
-
-    Program text: the command string of a shell (``sh -c``, ``bash -ec``, ``su -c``,
-    ``fish --command``), ``python -Ic``, ``perl -le``, ``node -e`` …, wherever the
-    interpreter appears (after ``env``, ``timeout``, ``sudo``, ``xargs``, ``find -exec`` …),
-    and the string ``env -S`` splits into arguments. Option indices: the elements between an
-    interpreter and its program text (or, with no program-text flag, its script operand) —
-    a value there could become a flag or choose the code to run. ``sed`` and ``awk``
-    programs are not recognised (documented).
-    """
-    scripts: set[int] = set()
-    options: set[int] = set()
-    for i, element in enumerate(argv):
-        if Path(element).name == "env":
-            for j in range(i + 1, len(argv)):
-                if argv[j] in ("-S", "--split-string") and j + 1 < len(argv):
-                    scripts.add(j + 1)
-                elif argv[j].startswith(("--split-string=", "-S")) and argv[j] != "-S":
-                    scripts.add(j)
-        name = _interpreter(element)
-        if name is None:
-            continue
-        flag = _SCRIPT_FLAG[name]
-        found = [j for j in range(i + 1, len(argv)) if flag.fullmatch(argv[j])
-                 or (argv[j].startswith("--") and "=" in argv[j]
-                     and flag.fullmatch(argv[j].split("=", 1)[0]))]
-        if found:
-            for j in found:
-                if "=" in argv[j]:
-                    scripts.add(j)
-                elif j + 1 < len(argv):
-                    scripts.add(j + 1)
-            last = max(scripts | set(found))
-            options.update(k for k in range(i + 1, last) if k not in scripts)
-            break  # what follows the program text are its arguments ($0, $1, …)
-        else:
-            # no program-text flag: up to the first operand (the script file) is options
-            for k in range(i + 1, len(argv)):
-                options.add(k)
-                if not argv[k].startswith(("-", "+")) or argv[k] in ("-", "+"):
-                    break
-    return scripts, options
-
-
-def _check_command(name: str, entry: Tool, contract: dict[str, Any],
-                   add: Callable[[str, str], None]) -> None:
-    argv = entry.command or []
-    props = contract.get("properties") if isinstance(contract.get("properties"), dict) else {}
-    required = set(contract.get("required") or [])
-    scripts, options = _script_indices(argv)
-    for idx, element in enumerate(argv):
-        names = _argv_names(element)
-        if not names:
-            continue
-        where = pointer("tools", name, "command", idx)
-        if idx == 0 or (idx in options and idx not in scripts):
-            what = "the program to run" if idx == 0 else "an interpreter's option or script"
-            add(where, f"tool {name!r}: {{{names[0]}}} is in {what} ({element!r}); a value "
-                "may not choose the program, its flags or its code: pass it as a separate "
-                "argument after the script")
-            continue
-        if idx in scripts:
-            add(where, f"tool {name!r}: {{{names[0]}}} is inside shell script text "
-                f"({argv[idx - 1]} {element!r}); a value must become exactly one argv "
-                "element, never shell text: pass it as a separate argument and use \"$1\"")
-            continue
-        for arg in names:
-            if props is None or arg not in (props or {}):
-                add(where, f"tool {name!r}: command element {element!r} names {{{arg}}}, "
-                    "which is not a declared argument")
-                continue
-            if arg not in required:
-                add(where, f"tool {name!r}: {{{arg}}} in the command must be a required "
-                    "argument (an absent value cannot fill an argv element)")
-            schema = (props or {}).get(arg)
-            declared = schema.get("type") if isinstance(schema, dict) else None
-            types = declared if isinstance(declared, list) else [declared]
-            if any(t in ("array", "object") for t in types):
-                add(where, f"tool {name!r}: {{{arg}}} is an {types[0]}; only a scalar can "
-                    "fill an argv element (the full arguments are on stdin as JSON)")
-
-
 def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
         ToolRegistry, list[Issue]]:
     """Load ``tools.yaml`` and check every entry.
@@ -511,7 +396,7 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
             "'arguments'")
         return None
     if entry.python is not None:
-        for fld in ("output", "cwd"):
+        for fld in ("output", "cwd", "allow_embedded", "allow_option_values"):
             if getattr(entry, fld) is not None:
                 add(pointer("tools", name, fld),
                     f"tool {name!r}: {fld!r} applies to command tools only")
@@ -562,7 +447,9 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
                 f"{msg}")
             return None
     if entry.command is not None:
-        _check_command(name, entry, contract, add)
+        from .argv import check_command
+
+        check_command(name, entry, contract, add)
     props = contract.get("properties") if isinstance(contract, dict) else None
     for arg in entry.key_arguments or []:
         if not isinstance(props, dict) or arg not in props:

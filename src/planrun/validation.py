@@ -264,7 +264,9 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[tuple[s
     """(JSON Pointer inside arguments, message, points-at-a-key) per contract violation.
 
     Values not known before the run (an unknown parameter, a run-time placeholder) are
-    checked only as far as they are known: an embedded placeholder is text.
+    checked only as far as they are known: an embedded placeholder is text. For a command
+    tool, a known value that would become an option (starts with ``-``) is a violation too
+    (:func:`planrun.argv.option_value_problems`).
     """
     opaque: set[tuple[Any, ...]] = set()
     text: set[tuple[Any, ...]] = set()
@@ -301,6 +303,11 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[tuple[s
             continue
         out.append((where, f"argument {name!r}: {err.message}", False))
     del props
+    if tool.entry.command is not None and not out:
+        from .argv import option_value_problems
+
+        out.extend((ptr, msg, False) for ptr, msg in option_value_problems(tool.entry,
+                                                                          arguments))
     return out
 
 
