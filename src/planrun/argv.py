@@ -106,9 +106,9 @@ RUNS_CODE = frozenset(_SH_FAMILY | set(_SCRIPT_FLAG) | set(_ALIASES) | set(_WRAP
     "docker", "podman", "kubectl", "psql", "mysql", "sqlite3", "expect", "tmux", "screen",
     "at", "batch", "crontab", "npm", "yarn", "pnpm", "pip", "pip3", "java", "tcl", "deno",
     "sg", "newgrp", "xdg-open", "open", "eval", "source", "perl", "python", "ruby",
-    "dtach", "nohup", "mail", "mutt", "openssl", "curl", "wget", "ftp", "nc", "ncat",
-    "socat", "busybox", "toybox", "install", "dpkg", "rpm", "apt", "apt-get", "yum",
-    "dnf", "brew", "systemctl", "journalctl", "pkexec", "gpg", "m4", "cpp", "jq"})
+    "dtach", "nohup", "mail", "mutt", "ftp", "nc", "ncat", "socat", "busybox", "toybox",
+    "dpkg", "rpm", "apt", "apt-get", "yum", "dnf", "brew", "systemctl", "pkexec", "gpg",
+    "m4"})
 
 
 def program(element: str) -> str:

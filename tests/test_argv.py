@@ -1,0 +1,290 @@
+"""Values from a plan never become code or an option (SPEC §2, issue 9 §5).
+
+The registry refuses a placeholder embedded in a larger argv element unless it follows
+``=`` of an ``--option=``/``key=`` element of a command that runs no code, or the tool opts
+in (``allow_embedded``); a whole-element placeholder is refused where it would be the
+program or code. At run time a value that would become an option (starts with ``-``) fails
+the step with ``arguments`` before the call, unless ``--`` comes first or the tool allows
+it (``allow_option_values``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planrun.issues import Issue
+from planrun.registry import ToolRegistry, load_registry
+
+CONTRACT = {"type": "object",
+            "properties": {"x": {"type": "string"}, "h": {"type": "string"}},
+            "required": ["x", "h"], "additionalProperties": False}
+
+#: Each validated before issue 9, and `-p 'x=; touch pwned'` ran the injected command.
+ISSUE_EXAMPLES = [
+    ["rbash", "-c", "echo {x}"],
+    ["flock", "LOCKFILE", "-c", "echo {x}"],
+    ["script", "-qec", "echo {x}", "/dev/null"],
+    ["nodejs", "-e", 'console.log("{x}")'],
+    ["watch", "-g", "echo {x}"],
+    ["ssh", "host", "echo {x}"],
+    ["sg", "GROUP", "-c", "echo {x}"],
+    ["git", "-c", "core.pager={x}", "log"],
+]
+
+#: Siblings: the same kinds reached another way.
+SIBLINGS = [
+    # the value is the whole code argument
+    ["ssh", "host", "{x}"],
+    ["ssh", "-o", "{x}", "host", "true"],
+    ["ssh", "-oProxyCommand={x}", "host"],
+    ["ssh", "-p", "22", "{h}", "ls", "{x}"],
+    ["watch", "{x}"],
+    ["sg", "GROUP", "{x}"],
+    ["git", "-c", "{x}", "log"],
+    ["git", "--config-env={x}", "log"],
+    ["flock", "LOCKFILE", "--command", "{x}"],
+    ["awk", "{x}", "file"],
+    ["gawk", "-e", "{x}"],
+    ["sed", "-e", "{x}", "file"],
+    ["sed", "{x}", "file"],
+    ["node", "-p", "{x}"],
+    ["php", "-r", "{x}"],
+    ["su", "-c", "{x}"],
+    ["runuser", "-u", "nobody", "--", "sh", "-c", "{x}"],
+    ["busybox", "sh", "-c", "{x}"],
+    # the value chooses the program
+    ["env", "{x}"],
+    ["env", "A=1", "{x}", "arg"],
+    ["timeout", "5", "{x}"],
+    ["nice", "-n", "5", "{x}"],
+    ["sudo", "-u", "root", "{x}"],
+    ["xargs", "-n", "1", "{x}"],
+    ["find", ".", "-exec", "{x}", ";"],
+    ["git", "{x}"],
+    ["flock", "LOCKFILE", "{x}"],
+    # embedded: read by a program known to run code, or not after '='
+    ["tar", "--to-command={x}", "-xf", "a.tar"],
+    ["rsync", "--rsh={x}", "a", "b"],
+    ["make", "CC={x}"],
+    ["ssh", "-o", "ProxyCommand={x}", "host"],
+    ["env", "LD_PRELOAD={x}", "ls"],
+    ["cp", "a", "out-{x}.txt"],
+    ["grep", "-e", "^{x}$", "file"],
+    ["mytool", "{h}={x}"],
+    ["mytool", "--{h}", "x"],
+]
+
+ALLOWED = [
+    ["sh", "-c", 'echo "$1"', "sh", "{x}"],
+    ["find", ".", "-exec", "sh", "-c", 'echo "$1"', "sh", "{x}", ";"],
+    ["tar", "-czf", "{x}", "-C", "{h}", "."],
+    ["python3", "script.py", "{x}"],
+    ["grep", "-e", "{x}", "file.txt"],
+    ["curl", "--data-urlencode=q={x}", "https://example.com/{{path}}"],
+    ["mytool", "key={x}", "--opt={h}"],
+    ["env", "-C", "{h}", "sha256sum", "--check", "{x}"],
+    ["git", "-C", "{h}", "status", "--", "{x}"],
+    ["ssh", "{h}", "uptime"],
+    ["sh", "-c", 'cp -- "$1" "$2"', "sh", "{x}", "--dest={h}"],
+    ["timeout", "5", "cat", "{x}"],
+    ["watch", "-x", "ls", "{x}"],
+]
+
+
+def _write(tmp_path: Path, argv: list[str], **extra: Any) -> tuple[ToolRegistry, list[Issue]]:
+    tools = {"tools": {"t": {"command": argv, "arguments": CONTRACT, **extra}}}
+    path = tmp_path / "tools.yaml"
+    path.write_text(json.dumps(tools, indent=1))  # JSON is YAML; one element per line
+    return load_registry(path)
+
+
+@pytest.mark.parametrize("argv", ISSUE_EXAMPLES + SIBLINGS,
+                         ids=[" ".join(a) for a in ISSUE_EXAMPLES + SIBLINGS])
+def test_values_that_could_become_code_are_registry_errors(tmp_path: Path,
+                                                           argv: list[str]) -> None:
+    registry, issues = _write(tmp_path, argv)
+    assert issues, argv
+    assert {i.code for i in issues} == {"registry"}
+    assert all(i.line is not None and i.file for i in issues)
+    assert all(i.path and i.path.startswith("/tools/t/command/") for i in issues)
+    assert "t" not in registry
+
+
+@pytest.mark.parametrize("argv", ALLOWED, ids=[" ".join(a) for a in ALLOWED])
+def test_safe_forms_are_accepted(tmp_path: Path, argv: list[str]) -> None:
+    registry, issues = _write(tmp_path, argv)
+    assert issues == []
+    assert "t" in registry
+
+
+def test_allow_embedded_opts_in_outside_code_only(tmp_path: Path) -> None:
+    _registry, issues = _write(tmp_path, ["cp", "a", "out-{x}.txt"], allow_embedded=["x"])
+    assert issues == []
+    _registry, issues = _write(tmp_path, ["env", "NAME={x}", "sh", "-c", 'echo "$NAME"'],
+                               allow_embedded=["x"])
+    assert issues == []
+    # never inside code, whatever the tool says
+    _registry, issues = _write(tmp_path, ["sh", "-c", "echo {x}"], allow_embedded=["x"])
+    assert [i.code for i in issues] == ["registry"]
+    assert "shell script text" in issues[0].message
+    _registry, issues = _write(tmp_path, ["cp", "a", "out-{x}-{h}.txt"],
+                               allow_embedded=["x"])
+    assert len(issues) == 1
+    assert "{h}" in issues[0].message
+
+
+@pytest.mark.parametrize("field", ["allow_embedded", "allow_option_values"])
+def test_opt_in_fields_name_declared_arguments(tmp_path: Path, field: str) -> None:
+    _registry, issues = _write(tmp_path, ["echo", "{x}", "{h}"], **{field: ["nope"]})
+    assert [i.code for i in issues] == ["registry"]
+    assert issues[0].path == f"/tools/t/{field}"
+    assert "'nope'" in issues[0].message
+
+
+def test_opt_in_fields_are_for_command_tools(tmp_path: Path) -> None:
+    (tmp_path / "mod.py").write_text("def f(**kw):\n    return kw\n")
+    path = tmp_path / "tools.yaml"
+    path.write_text(json.dumps({"tools": {"p": {"python": "mod:f", "arguments": CONTRACT,
+                                                "allow_embedded": ["x"]}}}))
+    _registry, issues = load_registry(path)
+    assert [i.code for i in issues] == ["registry"]
+    assert "command tools only" in issues[0].message
+
+
+# --- end to end: the attack of the issue, and argument injection at run time -------------
+
+PLANRUN = [sys.executable, "-m", "planrun"]
+
+RECORD = '''
+import json, sys
+with open("called.jsonl", "a") as fh:
+    fh.write(json.dumps(sys.argv[1:]) + "\\n")
+'''
+
+MODULE = '''
+def give(value):
+    return value
+'''
+
+
+def _project(root: Path, tools: dict[str, Any]) -> Path:
+    (root / "plans").mkdir(parents=True)
+    (root / "record.py").write_text(RECORD)
+    (root / "mod.py").write_text(MODULE)
+    base = {"give": {"python": "mod:give", "arguments": {
+        "type": "object", "properties": {"value": {"type": "string"}},
+        "required": ["value"], "additionalProperties": False}}}
+    (root / "tools.yaml").write_text(json.dumps({"tools": {**base, **tools}}, indent=1))
+    return root
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PLANRUN, *args], cwd=root, text=True, capture_output=True,
+                          timeout=120, env=dict(os.environ,
+                                                PLANRUN_JOURNAL=str(root / "j.sqlite3")))
+
+
+X_CONTRACT = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"],
+              "additionalProperties": False}
+
+
+@pytest.mark.parametrize("argv", ISSUE_EXAMPLES[:4], ids=[a[0] for a in ISSUE_EXAMPLES[:4]])
+def test_the_issue_attack_no_longer_runs(tmp_path: Path, argv: list[str]) -> None:
+    argv = [a.replace("LOCKFILE", str(tmp_path / "lock")) for a in argv]
+    root = _project(tmp_path / "p", {"t": {"command": argv, "arguments": X_CONTRACT}})
+    (root / "plans" / "attack.yaml").write_text(
+        "planrun: 1\ngoal: g\nparams:\n  x: {type: string}\n"
+        "steps:\n  - {id: s, tool: t, arguments: {x: '{params.x}'}}\n")
+    res = _run(root, "execute", "attack", "-p", f"x=; touch {tmp_path / 'pwned'}")
+    assert res.returncode == 3, res.stderr
+    assert "error[registry]" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "pwned").exists()
+
+
+def _injection_project(root: Path, **extra: Any) -> Path:
+    command = extra.pop("command", ["python3", "record.py", "{x}"])
+    root = _project(root, {"rec": {"command": command, "arguments": X_CONTRACT,
+                                   "output": "none", **extra}})
+    (root / "plans" / "inj.yaml").write_text(
+        "planrun: 1\ngoal: g\nparams:\n  v: {type: string}\nsteps:\n"
+        "  - {id: a, tool: give, arguments: {value: '{params.v}'}}\n"
+        "  - {id: b, tool: rec, depends_on: [a], arguments: {x: '{steps.a.output}'}}\n")
+    (root / "plans" / "static.yaml").write_text(
+        "planrun: 1\ngoal: g\nparams:\n  v: {type: string}\nsteps:\n"
+        "  - {id: b, tool: rec, arguments: {x: '{params.v}'}}\n")
+    return root
+
+
+def _called(root: Path) -> list[list[str]]:
+    path = root / "called.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("value", ["-rf", "--output=/etc/passwd", "-"])
+def test_a_run_time_value_starting_with_dash_fails_the_step_before_the_call(
+        tmp_path: Path, value: str) -> None:
+    root = _injection_project(tmp_path / "p")
+    res = _run(root, "execute", "inj", "-p", f"v={value}", "--json")
+    assert res.returncode == 1, res.stderr
+    steps = {s["id"]: s for s in json.loads(res.stdout)["steps"]}
+    assert steps["a"]["status"] == "succeeded"
+    assert steps["b"]["status"] == "failed"
+    assert steps["b"]["error"]["code"] == "arguments"
+    assert "starts with '-'" in steps["b"]["error"]["message"]
+    assert _called(root) == []
+
+
+def test_a_known_value_starting_with_dash_is_refused_at_validation(tmp_path: Path) -> None:
+    root = _injection_project(tmp_path / "p")
+    res = _run(root, "validate", "static", "-p", "v=-rf", "--format", "json")
+    assert res.returncode == 3
+    issues = json.loads(res.stdout)["plans"][0]["issues"]
+    assert [(i["code"], i["path"]) for i in issues] == [("arguments", "/steps/0/arguments/x")]
+    res = _run(root, "execute", "static", "-p", "v=-rf")
+    assert res.returncode == 3
+    assert _called(root) == []
+
+
+@pytest.mark.parametrize("extra", [
+    {"command": ["python3", "record.py", "--", "{x}"]},
+    {"allow_option_values": ["x"]},
+    {"allow_option_values": True},
+], ids=["double-dash", "listed", "all"])
+def test_dash_values_pass_after_double_dash_or_when_allowed(tmp_path: Path,
+                                                            extra: dict[str, Any]) -> None:
+    root = _injection_project(tmp_path / "p", **extra)
+    res = _run(root, "execute", "inj", "-p", "v=-rf", "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _called(root)[-1][-1] == "-rf"
+
+
+def test_values_not_starting_with_dash_run(tmp_path: Path) -> None:
+    root = _injection_project(tmp_path / "p")
+    res = _run(root, "execute", "inj", "-p", "v=a-b", "--json")
+    assert res.returncode == 0, res.stderr
+    assert _called(root) == [["a-b"]]
+
+
+def test_script_arguments_after_program_text_are_positional(tmp_path: Path) -> None:
+    root = _injection_project(tmp_path / "p", command=[
+        "sh", "-c", 'printf "%s\\n" "$1" > called.txt', "sh", "{x}"])
+    res = _run(root, "execute", "inj", "-p", "v=-rf", "--json")
+    assert res.returncode == 0, res.stderr
+    assert (root / "called.txt").read_text() == "-rf\n"
+
+
+def test_shipped_registry_and_plans_validate() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    res = subprocess.run([*PLANRUN, "validate"], cwd=repo, text=True, capture_output=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
