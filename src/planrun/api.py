@@ -301,6 +301,7 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
     from .canonical import digest
     from .journal import Journal, dumps, now
     from .journal.store import new_run_id
+    from .models import MAX_STORED_INT
 
     run_id = new_run_id()
     data = loaded.document
@@ -315,7 +316,8 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
         journal.refuse_run(run={
             "run_id": run_id, "root_run_id": run_id, "plan_name": str(name),
             "plan_file": loaded.report.file, "plan_json": dumps(data), "digest": dig,
-            "revision": revision if isinstance(revision, int) and revision >= 1 else 1,
+            "revision": revision if isinstance(revision, int) and not isinstance(
+                revision, bool) and 1 <= revision <= MAX_STORED_INT else 1,
             "goal": data.get("goal") if isinstance(data, dict) and isinstance(
                 data.get("goal"), str) else None,
             "params_json": "{}", "contracts_json": "{}", "status": "refused",

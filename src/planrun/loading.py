@@ -511,13 +511,13 @@ def not_text(data: Any) -> str | None:
             if has_surrogate(node):
                 return ptr
         elif isinstance(node, dict):
-            for k, v in node.items():
-                sub = f"{ptr}/{pointer_escape(k)}"
+            for k in node:
                 if has_surrogate(k):
-                    return sub
-                stack.append((v, sub))
+                    return f"{ptr}/{pointer_escape(k)}"
+            # reversed: the first string in document order is reported
+            stack.extend((v, f"{ptr}/{pointer_escape(k)}") for k, v in reversed(node.items()))
         elif isinstance(node, list):
-            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
+            stack.extend((node[i], f"{ptr}/{i}") for i in reversed(range(len(node))))
     return None
 
 
