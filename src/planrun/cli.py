@@ -682,6 +682,8 @@ def main() -> None:
     Command-line mistakes caught by the parser get the same one-line form as every other
     user error (``planrun: error[usage]: …``, exit 2).
     """
+    import contextlib
+
     from typer.exceptions import TyperException
 
     # Text that is not UTF-8 (a lone surrogate from an undecodable byte) is printed as a
@@ -689,7 +691,8 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
-            reconfigure(errors="backslashreplace")
+            with contextlib.suppress(OSError, ValueError):  # e.g. a socket: cannot seek
+                reconfigure(errors="backslashreplace")
     try:
         code = app(prog_name="planrun", standalone_mode=False)
     except KeyboardInterrupt:
