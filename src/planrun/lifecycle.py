@@ -9,6 +9,7 @@ same idempotency key only if its tool is ``idempotent``; otherwise resume stops 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -247,10 +248,11 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             stays resumable.
     """
     owner = lease_owner()
-    with Journal(settings.journal, write=True) as journal:
+    with Journal(settings.journal, write=True) as journal, contextlib.ExitStack() as guard:
         row = _resumable_run(journal, ref)
         run_id = row["run_id"]
         journal.take_lease(run_id, owner, statuses=RESUMABLE)
+        guard.enter_context(runner.internal_guard(journal, run_id))  # a bug: run failed
         try:
             plan = _replan(journal, settings, row, given)
             if approve:
@@ -446,6 +448,19 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
         event_data={"plan": plan.name, "retry_of": parent_id})
     journal.owner = owner
+    with runner.internal_guard(journal, child):  # a bug ends the child run failed
+        return _drive_child(journal, settings, row, plan, child, owner, inherited,
+                            parent_rows, approve, approve_all, approver, int(parallel),
+                            keep_going, progress)
+
+
+def _drive_child(journal: Journal, settings: Settings, row: dict[str, Any],
+                 plan: CheckedPlan, child: str, owner: str, inherited: list[str],
+                 parent_rows: list[dict[str, Any]], approve: list[str], approve_all: bool,
+                 approver: Any, parallel: int, keep_going: bool, progress: Any
+                 ) -> dict[str, Any]:
+    """Clear and run the new child run ``child`` of the failed run ``row``."""
+    parent_id = row["run_id"]
     journal.copy_succeeded(parent_id, child, inherited)
     state = {sid: StepState("succeeded", json.loads(r["output_json"] or "null"))
              for r in parent_rows if (sid := r["step_id"]) in inherited}
