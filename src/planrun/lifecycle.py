@@ -270,7 +270,9 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             if requests:
                 runner.clear_approvals(journal, run_id, requests, set(approve or []),
                                        approve_all, approver, on_deny=None, plan=plan,
-                                       policy=plan.policy)
+                                       policy=plan.policy, whole_run=[
+                                           request_for(s) for s in plan.steps
+                                           if s.approval_reason])
             options = json.loads(row["options_json"] or "{}")
             parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
             going = options.get("keep_going", False) if keep_going is None else keep_going
@@ -291,9 +293,15 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
 
 def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
                        to_run: set[str]) -> list[Any]:
-    """Requests for steps about to run that have no granted decision with the same digest."""
+    """Requests for steps about to run that have no granted decision with the same digest.
+
+    The digest covers the arguments and the tool as registered (SPEC §6), so a tool whose
+    registration changed since is asked about again. A grant's decision is never reused:
+    grants are checked again against the policy and clock of this moment (one removed,
+    expired or narrowed since clears nothing).
+    """
     granted = {(a["step_id"], a["digest"]) for a in journal.approvals(run_id)
-               if a["granted"]}
+               if a["granted"] and a["method"] != "grant"}
     out = []
     for step in plan.steps:
         if step.approval_reason and step.id in to_run:

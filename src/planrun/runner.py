@@ -77,13 +77,18 @@ def covered(plan: CheckedPlan, requests: Sequence[ApprovalRequest]) -> list[Any]
 
 
 def _grants(journal: Journal, run_id: str, plan: CheckedPlan | None, policy: Any,
-            requests: Sequence[ApprovalRequest]) -> list[Decision]:
-    """Decisions made by grants; ``autonomy_escalated`` for the steps they do not clear."""
+            requests: Sequence[ApprovalRequest],
+            whole_run: Sequence[ApprovalRequest] | None = None) -> list[Decision]:
+    """Decisions made by grants; ``autonomy_escalated`` for the steps they do not clear.
+
+    ``whole_run`` lists every step of the run that needs clearing (default: ``requests``):
+    a grant's ``max_total`` sums over all of them, also the ones a resumed run already ran.
+    """
     from .policy import grant_for
 
     if policy is None or plan is None:
         return []
-    cover = covered(plan, requests)
+    cover = covered(plan, whole_run if whole_run is not None else requests)
     out = []
     for r in requests:
         if r.reason == "escalate":
@@ -139,7 +144,8 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
 def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRequest],
                     approve: set[str], approve_all: bool, approver: Any,
                     *, on_deny: str | None, plan: CheckedPlan | None = None,
-                    policy: Any = None) -> None:
+                    policy: Any = None,
+                    whole_run: Sequence[ApprovalRequest] | None = None) -> None:
     """Clear every request (journaling each decision) or raise :class:`ApprovalError`.
 
     Args:
@@ -153,6 +159,8 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
             leave the run's status as it is (a resume stays resumable).
         plan: the plan (for what grants would cover).
         policy: the policy whose grants may clear steps unattended.
+        whole_run: every step of the run that needs clearing, when ``requests`` are only
+            some of them (a resume): a grant's ``max_total`` counts them all.
 
     Raises:
         ApprovalError: ``approval_required`` (nobody to ask) or ``approval_denied``.
@@ -164,7 +172,7 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
                           data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
     inject_fault("approval")
     by_step = {r.step_id: r for r in requests}
-    granted = _grants(journal, run_id, plan, policy, requests)
+    granted = _grants(journal, run_id, plan, policy, requests, whole_run)
     for d in granted:
         record_decision(journal, run_id, by_step[d.step_id], d)
     done = {d.step_id for d in granted}
