@@ -654,3 +654,30 @@ def test_a_closed_stdin_is_not_a_terminal_and_asks_nobody(proj: CliProject) -> N
                           check=False, start_new_session=True, preexec_fn=closed_fd(0))
     assert proc.returncode == 4, proc
     assert json.loads(proc.stdout)["error"]["code"] == "approval_required"
+
+
+def test_an_async_tool_that_restores_default_sigpipe_during_its_call(
+        proj: CliProject) -> None:
+    """An ``async def`` tool runs on the main thread: it can change SIGPIPE mid-run."""
+    proj.write("apiper.py", """
+        import signal
+
+        async def run(**kwargs):
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            return kwargs
+    """)
+    proj.tools(TOOLS + """
+  apiper:
+    python: apiper:run
+    arguments: {type: object}
+""")
+    proj.plan("apipe", """
+        planrun: 1
+        goal: A step that changes SIGPIPE while it runs
+        steps:
+          - {id: p, tool: apiper, arguments: {x: 1}}
+          - {id: q, tool: apiper, depends_on: [p], arguments: {x: 2}}
+    """)
+    for how in ("broken-stdout", "broken-stderr", "both-broken"):
+        assert run_with_streams(proj, how, "execute", "apipe", "--json", "-v") == 0, how
+        assert run_status(proj, last_run(proj)) == "completed"

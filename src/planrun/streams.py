@@ -8,7 +8,9 @@ entry point) makes that so for the whole process:
 
 - fds 0, 1 and 2 are always open: a closed one is filled with ``/dev/null`` (so neither
   Python's ``sys.stdout is None`` nor a journal file opened on fd 2 can happen);
-- ``SIGPIPE`` is ignored, so a broken pipe is an error on the write, never a silent death;
+- ``SIGPIPE`` is ignored (and ignored again before each write, should code planrun ran,
+  such as a tool, have restored its default), so a broken pipe is an error on the write,
+  never a silent death;
 - ``sys.stdout`` and ``sys.stderr`` become :class:`SafeStream` wrappers: the first write or
   flush that fails points the file descriptor at ``/dev/null`` and the output is dropped
   from then on — by planrun, by rich, by the interpreter's final flush, and by any child
@@ -54,6 +56,13 @@ def _to_devnull(fd: int) -> None:
             os.close(null)
 
 
+def _keep_sigpipe_ignored() -> None:
+    """SIGPIPE stays ignored, whatever code that ran since did with it (main thread only)."""
+    if hasattr(signal, "SIGPIPE") and signal.getsignal(signal.SIGPIPE) != signal.SIG_IGN:
+        with contextlib.suppress(ValueError, OSError, TypeError):
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
 class SafeStream(io.TextIOBase):
     """A text stream whose write and flush never raise (see the module docstring).
 
@@ -78,6 +87,7 @@ class SafeStream(io.TextIOBase):
     def write(self, text: str) -> int:  # noqa: D102 - io.TextIOBase
         if self.broken:
             return len(text)
+        _keep_sigpipe_ignored()  # a broken pipe must be an error here, not a silent death
         try:
             return self._stream.write(text)
         except (OSError, ValueError):
@@ -87,6 +97,7 @@ class SafeStream(io.TextIOBase):
     def flush(self) -> None:  # noqa: D102 - io.TextIOBase
         if self.broken:
             return
+        _keep_sigpipe_ignored()
         try:
             self._stream.flush()
         except (OSError, ValueError):
