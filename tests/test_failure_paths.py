@@ -681,3 +681,53 @@ def test_an_async_tool_that_restores_default_sigpipe_during_its_call(
     for how in ("broken-stdout", "broken-stderr", "both-broken"):
         assert run_with_streams(proj, how, "execute", "apipe", "--json", "-v") == 0, how
         assert run_status(proj, last_run(proj)) == "completed"
+
+
+def test_a_bug_in_the_scheduler_cuts_running_calls_short_as_internal(
+        proj: CliProject) -> None:
+    """Calls under way when the scheduler fails are journaled indeterminate (internal)."""
+    proj.write("waiter.py", """
+        import json
+        import os
+        import time
+
+        def until_started(effect):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                path = os.environ["CRASH_EFFECTS"]
+                if os.path.exists(path):
+                    for line in open(path):
+                        entry = json.loads(line)
+                        if entry["event"] == "start" and entry["effect"] == effect:
+                            return {"seen": effect}
+                time.sleep(0.02)
+            raise TimeoutError(effect)
+    """)
+    proj.tools(TOOLS + """
+  until_started:
+    python: waiter:until_started
+    arguments: {type: object, properties: {effect: {type: string}}}
+  sleeper:
+    command: [{PY}, crashtools.py, sleep, "60"]
+    output: json
+    arguments: {type: object}
+""")
+    proj.plan("busy", """
+        planrun: 1
+        goal: A long call under way when the scheduler fails
+        steps:
+          - {id: w, tool: sleeper}
+          - {id: a, tool: until_started, arguments: {effect: w}}
+          - {id: b, tool: once, depends_on: [a], arguments: {label: b}}
+    """)
+    r = run_with_fault(proj, "schedule:b", "execute", "busy", "--json")
+    assert r.returncode == 1, r
+    no_traceback(r)
+    assert "error[internal]" in r.stderr
+    steps = {s["id"]: s for s in r.json["steps"]}
+    assert steps["w"]["status"] == "indeterminate"
+    assert steps["w"]["error"]["code"] == "internal"
+    assert steps["a"]["status"] == "succeeded"
+    assert steps["b"]["status"] == "pending"
+    assert run_status(proj, r.json["run_id"]) == "failed"
+    assert proj.counts() == {}  # the sleeper was killed before it could record its effect

@@ -54,8 +54,9 @@ BEFORE_CALL = ("pending", "running", "indeterminate")
 #: exception (a stand-in for a bug in planrun) at a named point, so that tests can show
 #: that no bug leaves a run ``running`` (SPEC §5). POINT is ``prepare`` (before a step's
 #: dispatch record), ``dispatch`` (after it commits, before the call), ``call`` (after the
-#: tool returned) — these name a STEP (``STEP#N``: fan-out item N) —, ``schedule`` (the
-#: scheduler, outside any step), ``approval`` (while clearing approvals, after the run is
+#: tool returned), ``schedule`` (the scheduler, about to dispatch the step, outside any
+#: step's own handling) — these take a STEP (``STEP#N``: fan-out item N; without one, the
+#: first step to get there) —, ``approval`` (while clearing approvals, after the run is
 #: journaled) or ``finish`` (after the steps ran, before the run's status is recorded).
 INTERNAL_ENV = "PLANRUN_TEST_INTERNAL"
 
@@ -69,7 +70,7 @@ def inject_fault(point: str, step: str | None = None, item: int | None = None) -
     raw = os.environ.get(INTERNAL_ENV)
     if not raw:
         return
-    names = {point} if step is None else {f"{point}:{step}"} | (
+    names = {point} if step is None else {point, f"{point}:{step}"} | (
         {f"{point}:{step}#{item}"} if item is not None else set())
     if names & {part.strip() for part in raw.split(",")}:
         raise RuntimeError(f"injected internal error at {sorted(names)[-1]} "
@@ -314,6 +315,15 @@ class Executor:
                     if self.plan.timeout else None)
         try:
             await self._schedule()
+        except Exception as exc:
+            if not isinstance(exc, PlanrunError) and self._running:
+                # A bug in the scheduler: the calls under way are cut short, journaled
+                # indeterminate with code ``internal`` (their effect is unknown).
+                self.cancel_reason = ("internal", "planrun hit an unexpected error")
+                for task in self._running:
+                    task.cancel()
+                await asyncio.gather(*self._running, return_exceptions=True)
+            raise
         finally:
             self.journal.flush()
             if beat is not None:
@@ -333,8 +343,8 @@ class Executor:
             for sid in sorter.get_ready():
                 heapq.heappush(heap, (by_id[sid].index, sid))
             while heap and self.signal_exit is None:
-                inject_fault("schedule")
                 _, sid = heapq.heappop(heap)
+                inject_fault("schedule", sid)
                 st = self.state[sid]
                 if st.status in ("succeeded", "skipped", "failed", "indeterminate"):
                     sorter.done(sid)

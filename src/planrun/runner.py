@@ -135,6 +135,9 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
             from . import manifest
 
             result = manifest.build(journal, run_id)
+            abandoned = getattr(exc, "planrun_abandoned", 0)
+            if abandoned:
+                result["_abandoned_calls"] = abandoned
         except Exception:  # the journal cannot take it: the run stays resumable
             result = None
         raise InternalError(f"run {run_id} failed: {plain['message']}", manifest=result,
@@ -277,6 +280,10 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     try:
         with _stdout_to_stderr():
             status = executor.run()
+    except Exception as exc:
+        # python calls left running in threads: the CLI must not wait for them at exit
+        exc.planrun_abandoned = executor.abandoned  # type: ignore[attr-defined]
+        raise
     finally:
         os.chdir(here)
     inject_fault("finish")
