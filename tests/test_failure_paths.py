@@ -731,3 +731,33 @@ def test_a_bug_in_the_scheduler_cuts_running_calls_short_as_internal(
     assert steps["b"]["status"] == "pending"
     assert run_status(proj, r.json["run_id"]) == "failed"
     assert proj.counts() == {}  # the sleeper was killed before it could record its effect
+
+
+@pytest.mark.parametrize(("when", "code"), [(None, "reference"),
+                                             ('steps.a.output.args.label == "hello"',
+                                              "condition")])
+def test_a_reference_that_no_longer_resolves_on_redispatch_fails_the_step(
+        proj: CliProject, when: str | None, code: str) -> None:
+    """The journal is the truth: ``b`` left running reads an output that lacks the path.
+
+    (Written into the journal by hand here, as an older planrun or a person's
+    ``resolve --succeeded --output`` could leave it.)
+    """
+    import sqlite3
+    from contextlib import closing
+
+    if when is not None:
+        proj.plan("chain", CHAIN.replace("depends_on: [a], arguments",
+                                         f"depends_on: [a], when: '{when}', arguments"))
+    r = proj.run("execute", "chain", "--json", crash="dispatch:b")
+    assert r.returncode == -9, r
+    run_id = last_run(proj)
+    with closing(sqlite3.connect(proj.journal)) as conn, conn:
+        conn.execute("UPDATE steps SET output_json = '{}' WHERE run_id = ? AND step_id = 'a'",
+                     (run_id,))
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 1, r
+    no_traceback(r)
+    b = step(r.json, "b")
+    assert (b["status"], b["error"]["code"]) == ("failed", code)
+    assert run_status(proj, run_id) == "failed"
