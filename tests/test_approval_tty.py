@@ -145,8 +145,14 @@ def approvals(project: Project, run_id: str) -> list[dict[str, Any]]:
         return j.approvals(run_id)
 
 
-def digest_of(arguments: dict[str, Any]) -> str:
-    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def digest_of(arguments: dict[str, Any], tool: str = "delete_thing") -> str:
+    """SHA-256 of the canonical JSON of the arguments and of the tool as registered."""
+    registered = {"name": tool, "contract": {
+        "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+        "additionalProperties": False}, "command": None, "python": "ttytools:record",
+        "accepts": None, "cwd": None}
+    text = json.dumps({"arguments": arguments, "tool": registered}, sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -274,13 +274,14 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
             event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest})
         journal.owner = owner
         journal.fresh_keys = True
-        if requests:
-            runner.clear_approvals(journal, run_id, requests, set(approve), approve_all,
-                                   approver, on_deny="denied", plan=plan,
-                                   policy=registry.policy)
-        return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
-                            owner=owner, max_parallel=parallel, keep_going=keep_going,
-                            progress=progress, fresh=True)
+        with runner.internal_guard(journal, run_id):
+            if requests:
+                runner.clear_approvals(journal, run_id, requests, set(approve), approve_all,
+                                       approver, on_deny="denied", plan=plan,
+                                       policy=registry.policy)
+            return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
+                                owner=owner, max_parallel=parallel, keep_going=keep_going,
+                                progress=progress, fresh=True)
 
 
 def file_sha256(path: Path | None) -> str | None:

@@ -28,7 +28,8 @@ class ApprovalRequest:
         tool: its tool.
         intent: the step's intent (for people), or None.
         arguments: arguments as they will be called, run-time placeholders as written.
-        digest: SHA-256 of the canonical JSON of ``arguments`` (binds the decision).
+        digest: SHA-256 of the canonical JSON of ``arguments`` and of the tool as
+            registered (:func:`tool_identity`): the decision is bound to both.
         reason: why it needs a person (``irreversible``, ``policy`` …).
     """
 
@@ -79,11 +80,25 @@ def user_name() -> str:
         return "unknown"
 
 
+def tool_identity(tool: Any) -> dict[str, Any]:
+    """The tool as registered, as far as an approval is bound to it (SPEC §6).
+
+    Its name, contract (``arguments``, or the JSON Schema of the ``accepts`` model and the
+    model's target), what runs (``command`` argv or ``python`` target) and where (``cwd``).
+    A decision made for one of these does not clear another: ``resume`` asks again.
+    """
+    entry = tool.entry
+    return {"name": tool.name, "contract": tool.contract, "command": entry.command,
+            "python": entry.python, "accepts": entry.accepts, "cwd": entry.cwd}
+
+
 def request_for(step: Any) -> ApprovalRequest:
     """The :class:`ApprovalRequest` of a :class:`~planrun.validation.CheckedStep`."""
     shown = as_written(step.arguments)
     return ApprovalRequest(step_id=step.id, tool=step.tool.name, intent=step.intent,
-                           arguments=shown, digest=digest(shown),
+                           arguments=shown,
+                           digest=digest({"arguments": shown,
+                                          "tool": tool_identity(step.tool)}),
                            reason=step.approval_reason or "irreversible")
 
 

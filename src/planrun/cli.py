@@ -245,8 +245,21 @@ def _drive(call: Callable[[Any, Any, Any, Any], T], *, project: str | None,
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
     given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
     approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
+
+    def run() -> Any:
+        from .errors import InternalError
+
+        try:
+            return call(settings, given, approver, progress)
+        except InternalError as exc:
+            if exc.manifest is None:
+                raise
+            # A bug ended the run failed: end as any failed run (manifest, exit 1), with
+            # the one-line error on stderr (SPEC §5).
+            return {**exc.manifest, "_error": exc}
+
     with ui.progress_reporter(quiet, no_color) as progress:
-        return _guard(lambda: call(settings, given, approver, progress), verbose, as_json)
+        return _guard(run, verbose, as_json)  # type: ignore[no-any-return]
 
 
 def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn:
@@ -254,13 +267,16 @@ def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn
 
     abandoned = manifest.pop("_abandoned_calls", 0)
     signal_exit = manifest.pop("_exit", None)
+    error = manifest.pop("_error", None)
     for note in manifest.pop("_notes", []):
         ui.err(f"planrun: note: {note}")
     if as_json:
         ui.print_json(manifest)
     else:
         ui.print_manifest(manifest, no_color=no_color)
-    code = 0 if manifest["status"] == "completed" else 1
+    if error is not None:
+        ui.print_error(error)
+    code = 0 if manifest["status"] == "completed" and error is None else 1
     if signal_exit is not None:
         code = signal_exit
     if abandoned:
@@ -693,6 +709,9 @@ def main() -> None:
         if reconfigure is not None:
             with contextlib.suppress(OSError, ValueError):  # e.g. a socket: cannot seek
                 reconfigure(errors="backslashreplace")
+    from .streams import harden
+
+    harden()  # a closed or broken stdout/stderr never changes an outcome (SPEC §5)
     try:
         code = app(prog_name="planrun", standalone_mode=False)
     except KeyboardInterrupt:

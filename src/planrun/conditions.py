@@ -96,6 +96,78 @@ def references(expr: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(found["params"]), frozenset(found["steps"])
 
 
+#: The names a condition may start from (SPEC §3): nothing else is data to it.
+ROOTS = frozenset({"params", "steps"})
+#: CEL macros that bind a variable (``list.all(x, x > 0)``).
+_BINDING_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+#: CEL's type names, usable as values (``type(x) == int``).
+_TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map",
+                         "null_type", "type", "dyn"})
+
+
+def _bound_name(exprlist: Any) -> str | None:
+    """The variable a macro binds: its first argument, when that is a bare name."""
+    from lark import Tree
+
+    if not isinstance(exprlist, Tree) or not exprlist.children:
+        return None
+    node = exprlist.children[0]
+    while isinstance(node, Tree) and len(node.children) == 1 and node.data != "ident":
+        node = node.children[0]
+    if isinstance(node, Tree) and node.data == "ident" and node.children:
+        return str(node.children[0])
+    return None
+
+
+@lru_cache(maxsize=4096)
+def unknown_names(expr: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(names, functions) ``expr`` uses that a condition cannot have.
+
+    A condition reads only ``params`` and ``steps`` (SPEC §3): any other name (a typo,
+    ``ctx.status``) would only fail at run time. Variables bound by a macro
+    (``.all(x, …)``, ``.exists``, ``.map``, ``.filter``) and CEL's type names are fine;
+    a global function must be one CEL defines.
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    import celpy.evaluation
+    from lark import Tree
+
+    tree = _tree(expr)
+    bound: set[str] = set()
+    for node in tree.iter_subtrees():
+        if (node.data == "member_dot_arg" and len(node.children) >= 3
+                and str(node.children[1]) in _BINDING_MACROS):
+            name = _bound_name(node.children[2])
+            if name is not None:
+                bound.add(name)
+    functions = set(celpy.evaluation.base_functions) | {"has", "dyn"}
+    names: list[str] = []
+    calls: list[str] = []
+    for node in tree.iter_subtrees_topdown():
+        if not node.children or isinstance(node.children[0], Tree):
+            continue
+        word = str(node.children[0])
+        if node.data in ("ident", "dot_ident"):
+            if word not in ROOTS | bound | _TYPE_NAMES and word not in names:
+                names.append(word)
+        elif node.data in ("ident_arg", "dot_ident_arg") and word not in functions \
+                and word not in calls:
+            calls.append(word)
+    return tuple(names), tuple(calls)
+
+
+#: Longest message of a condition that fails at run time (the values it read are not
+#: dumped into the journal and the terminal).
+MESSAGE_LIMIT = 300
+
+
+def _short(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 @lru_cache(maxsize=4096)
 def compile_condition(expr: str) -> Any:
     """The compiled CEL program of ``expr``.
@@ -126,11 +198,23 @@ def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any]) -> bool
     try:
         result = program.evaluate(activation)
     except Exception as exc:  # CELEvalError and friends
-        raise ConditionError(f"cannot evaluate {expr!r}: {exc}") from None
+        raise ConditionError(f"cannot evaluate {_short(expr, 120)!r}: {_why(exc)}") from None
     if isinstance(result, Exception):
-        raise ConditionError(f"cannot evaluate {expr!r}: {result}")
+        raise ConditionError(f"cannot evaluate {_short(expr, 120)!r}: {_why(result)}")
     from celpy import celtypes
 
     if not isinstance(result, celtypes.BoolType):
-        raise ConditionError(f"{expr!r} gave {result!r}, not true or false")
+        raise ConditionError(f"{_short(expr, 120)!r} gave {_short(type(result).__name__)}, "
+                             "not true or false")
     return bool(result)
+
+
+def _why(exc: BaseException) -> str:
+    """What went wrong, without the values CEL puts in its messages, at most a line long.
+
+    cel-python's errors repeat the whole activation (every output the condition could
+    read); only the first argument of the error, cut short, is kept.
+    """
+    args = getattr(exc, "args", ())
+    first = str(args[0] if args else exc)
+    return _short(first.split(" (in activation", 1)[0])

@@ -9,7 +9,8 @@ match on (SPEC §4 for plan problems, §7 for run problems)::
     ├── ApprovalError                exit 4  approval_required | approval_denied
     ├── RunError                     exit 5  unknown_run | run_busy | run_not_resumable |
     │                                        indeterminate
-    └── JournalError                 exit 6  journal        cannot open/write, corrupt, newer
+    ├── JournalError                 exit 6  journal        cannot open/write, corrupt, newer
+    └── InternalError                exit 1  internal       a bug in planrun ended the run
 
 An interrupted run is not an error either: it ends with its manifest (status
 ``interrupted``) and exit 130 (SIGINT) or 143 (SIGTERM).
@@ -65,6 +66,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "no_output": (EXIT_RUN, "the step did not succeed, so it has no output"),
     "journal": (EXIT_JOURNAL, "the journal cannot be opened, read or written, is corrupt, "
                 "or is newer than this planrun"),
+    "internal": (EXIT_RUN_FAILED, "an unexpected error in planrun (a bug) ended the run "
+                 "`failed`; `planrun log RUN --tracebacks` shows where"),
     "interrupted": (EXIT_SIGINT, "SIGINT (130) or SIGTERM (143) stopped the run; it is "
                     "resumable"),
 }
@@ -145,3 +148,21 @@ class JournalError(PlanrunError):
 
     exit_code = EXIT_JOURNAL
     default_code = "journal"
+
+
+class InternalError(PlanrunError):
+    """An unexpected error inside planrun (a bug) ended a run ``failed`` (exit 1).
+
+    SPEC §5: no error, however unexpected, leaves a run ``running`` or shows a user a
+    traceback; the traceback is journaled (``planrun log RUN --tracebacks``). ``manifest``
+    holds the run's manifest when it could still be read, so the CLI ends as for any failed
+    run.
+    """
+
+    exit_code = EXIT_RUN_FAILED
+    default_code = "internal"
+
+    def __init__(self, message: str, *, manifest: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.manifest = manifest

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .canonical import digest
-from .errors import EXIT_SIGINT, EXIT_SIGTERM
+from .errors import EXIT_SIGINT, EXIT_SIGTERM, PlanrunError
 from .journal import Journal
 from .journal.store import LEASE_TTL_S
 from .params import IndexRef, ItemRef, Ref, ResolveError, StepRef, dig, resolve
@@ -44,6 +44,59 @@ CRASH_ENV = "PLANRUN_TEST_CRASH"
 CRASH_POINTS = ("dispatch", "call", "outcome")
 #: Default bound on fan-out items (SPEC §3 ``max_items``).
 MAX_ITEMS = 10_000
+#: Where a step (or item) can be when it fails before its tool is called: never
+#: dispatched, or left ``running``/``indeterminate`` by a crash and being dispatched again
+#: (a changed contract or an unresolvable reference fails it then, SPEC §5).
+BEFORE_CALL = ("pending", "running", "indeterminate")
+
+
+#: Test-only seam: ``PLANRUN_TEST_INTERNAL=POINT[:STEP][,...]`` raises an unexpected
+#: exception (a stand-in for a bug in planrun) at a named point, so that tests can show
+#: that no bug leaves a run ``running`` (SPEC §5). POINT is ``prepare`` (before a step's
+#: dispatch record), ``dispatch`` (after it commits, before the call), ``call`` (after the
+#: tool returned), ``schedule`` (the scheduler, about to dispatch the step, outside any
+#: step's own handling) — these take a STEP (``STEP#N``: fan-out item N; without one, the
+#: first step to get there) —, ``approval`` (while clearing approvals, after the run is
+#: journaled) or ``finish`` (after the steps ran, before the run's status is recorded).
+INTERNAL_ENV = "PLANRUN_TEST_INTERNAL"
+
+
+def inject_fault(point: str, step: str | None = None, item: int | None = None) -> None:
+    """Raise the test seam's stand-in bug when ``PLANRUN_TEST_INTERNAL`` names this point.
+
+    Raises:
+        RuntimeError: the seam names ``point`` (and ``step``, or ``step#item``).
+    """
+    raw = os.environ.get(INTERNAL_ENV)
+    if not raw:
+        return
+    names = {point} if step is None else {point, f"{point}:{step}"} | (
+        {f"{point}:{step}#{item}"} if item is not None else set())
+    if names & {part.strip() for part in raw.split(",")}:
+        raise RuntimeError(f"injected internal error at {sorted(names)[-1]} "
+                           f"({INTERNAL_ENV})")
+
+
+def internal_error(exc: BaseException, where: str, run_id: str) -> dict[str, Any]:
+    """The journaled error of an unexpected exception in planrun: code ``internal``.
+
+    ``message`` names the exception type and text (never the traceback, which goes to
+    ``traceback`` and is shown only by ``planrun log RUN --tracebacks``).
+    """
+    import traceback
+
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<the exception's message could not be read>"
+    what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except Exception:
+        tb = what
+    return {"code": "internal", "type": type(exc).__name__,
+            "message": f"unexpected error in planrun{where} ({what[:500]}); this is a bug "
+            f"in planrun — `planrun log {run_id} --tracebacks` shows where", "traceback": tb}
 
 
 def _crash_points() -> frozenset[tuple[str, str]]:
@@ -241,7 +294,12 @@ class Executor:
 
     def _emit(self, kind: str, sid: str, **info: Any) -> None:
         if self.progress is not None:
-            self.progress(kind, sid, info)
+            try:
+                self.progress(kind, sid, info)
+            except Exception:
+                # The display is a report, never part of the run (SPEC §5: output never
+                # changes an outcome): a display that fails is switched off.
+                self.progress = None
 
     async def _main(self, pool: ThreadPoolExecutor) -> None:
         self._pool = pool
@@ -257,6 +315,15 @@ class Executor:
                     if self.plan.timeout else None)
         try:
             await self._schedule()
+        except Exception as exc:
+            if not isinstance(exc, PlanrunError) and self._running:
+                # A bug in the scheduler: the calls under way are cut short, journaled
+                # indeterminate with code ``internal`` (their effect is unknown).
+                self.cancel_reason = ("internal", "planrun hit an unexpected error")
+                for task in self._running:
+                    task.cancel()
+                await asyncio.gather(*self._running, return_exceptions=True)
+            raise
         finally:
             self.journal.flush()
             if beat is not None:
@@ -277,6 +344,7 @@ class Executor:
                 heapq.heappush(heap, (by_id[sid].index, sid))
             while heap and self.signal_exit is None:
                 _, sid = heapq.heappop(heap)
+                inject_fault("schedule", sid)
                 st = self.state[sid]
                 if st.status in ("succeeded", "skipped", "failed", "indeterminate"):
                     sorter.done(sid)
@@ -396,10 +464,18 @@ class Executor:
         return st.output
 
     def _fail_now(self, step: CheckedStep, code: str, message: str,
-                  expect: str = "pending") -> None:
-        """Fail a step before its tool is called (no dispatch record)."""
+                  expect: str | tuple[str, ...] = BEFORE_CALL,
+                  traceback: str | None = None) -> None:
+        """Fail a step before its tool is called (no dispatch record).
+
+        The step is pending, or is being dispatched again after a crash (SPEC §5: a
+        run-time check that fails then fails the step with its code, never the journal).
+        """
+        error = {"code": code, "message": message}
+        if traceback:
+            error["traceback"] = traceback
         self.journal.step_finished(self.run_id, step.id, status="failed", key=None,
-                                   error={"code": code, "message": message}, expect=expect)
+                                   error=error, expect=expect)
         self.state[step.id].status = "failed"
         self._emit("failed", step.id, error={"code": code, "message": message})
         self._stop(step.id, "failed")
@@ -413,7 +489,9 @@ class Executor:
             self._emit("replayed" if outcome.replayed else "succeeded", step.id)
         elif outcome.status in ("failed", "indeterminate"):
             self._emit(outcome.status, step.id, error=outcome.error)
-            self._stop(step.id, "timed out" if outcome.status == "indeterminate" else "failed")
+            code = (outcome.error or {}).get("code")
+            self._stop(step.id, "failed" if outcome.status == "failed" else "timed out"
+                       if code == "timeout" else "ended with an unknown effect")
         elif outcome.status == "pending":
             st.status = "pending"  # journaled pending too: resume runs it
 
@@ -424,8 +502,19 @@ class Executor:
             # Cancelled before its call was dispatched, or between attempts: the journal
             # holds it as pending, so resume runs it.
             return
+        except PlanrunError:
+            raise  # the journal is unusable or the lease is lost: the run cannot go on
+        except Exception as exc:
+            # A bug while handling the step, before its tool was called (a bug after the
+            # dispatch is settled in _attempts): the step fails with code ``internal`` and
+            # the run stops as on any failure (SPEC §5), never left ``running``.
+            error = internal_error(exc, f" while handling step {step.id!r}",
+                                   self.run_id)
+            self._fail_now(step, "internal", error["message"],
+                           traceback=error["traceback"])
 
     async def _step(self, step: CheckedStep) -> None:
+        inject_fault("prepare", step.id)
         if step.when is not None:
             from .conditions import ConditionError, evaluate
 
@@ -533,13 +622,20 @@ class Executor:
             if halted or self.stopping is not None or self.signal_exit is not None:
                 left += 1
                 return  # stays pending
-            prepared = self._prepare(step, self._lookup(step, source[idx], idx), idx)
+            try:
+                inject_fault("prepare", step.id, idx)
+                prepared = self._prepare(step, self._lookup(step, source[idx], idx), idx)
+            except PlanrunError:
+                raise
+            except Exception as exc:  # a bug before the item's call: the item fails
+                prepared = Outcome("failed", error=internal_error(
+                    exc, f" while handling item {idx} of step {step.id!r}", self.run_id))
             if isinstance(prepared, Outcome):
                 outcome = prepared
                 if outcome.status == "failed":
                     self.journal.step_finished(self.run_id, step.id, status="failed",
                                                key=None, error=outcome.error,
-                                               expect="pending", item=idx)
+                                               expect=BEFORE_CALL, item=idx)
             else:
                 async with self._slots(step):
                     if halted or self.stopping is not None or self.signal_exit is not None:
@@ -632,8 +728,10 @@ class Executor:
             ctx = StepContext(run_id=run_id, step_id=step.id, item_index=item,
                               idempotency_key=key, attempt=attempt)
             try:
+                inject_fault("dispatch", step.id, item)
                 output = await self._call(step, arguments, ctx)
                 self._crash_at("call", step.id, item)
+                inject_fault("call", step.id, item)
                 error = self._check_output(step, output)
             except asyncio.CancelledError:
                 if step.tool.kind == "python":
@@ -655,6 +753,16 @@ class Executor:
                     return Outcome("indeterminate", error=error)
             except ToolFailure as exc:
                 error = exc.error
+            except PlanrunError:
+                raise
+            except Exception as exc:
+                # A bug in planrun after the dispatch record: whether the tool's effect
+                # happened is not known, so the call is indeterminate (code ``internal``)
+                # and the run stops as on a failure (SPEC §5).
+                error = internal_error(exc, f" while calling step {where!r}", run_id)
+                journal.step_finished(run_id, step.id, status="indeterminate", key=None,
+                                      error=error, item=item)
+                return Outcome("indeterminate", error=error)
             if error is None:
                 journal.step_finished(run_id, step.id, status="succeeded", key=key,
                                       output=output, item=item, defer=True)

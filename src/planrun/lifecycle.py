@@ -9,6 +9,7 @@ same idempotency key only if its tool is ``idempotent``; otherwise resume stops 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -247,10 +248,11 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             stays resumable.
     """
     owner = lease_owner()
-    with Journal(settings.journal, write=True) as journal:
+    with Journal(settings.journal, write=True) as journal, contextlib.ExitStack() as guard:
         row = _resumable_run(journal, ref)
         run_id = row["run_id"]
         journal.take_lease(run_id, owner, statuses=RESUMABLE)
+        guard.enter_context(runner.internal_guard(journal, run_id))  # a bug: run failed
         try:
             plan = _replan(journal, settings, row, given)
             if approve:
@@ -268,7 +270,9 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             if requests:
                 runner.clear_approvals(journal, run_id, requests, set(approve or []),
                                        approve_all, approver, on_deny=None, plan=plan,
-                                       policy=plan.policy)
+                                       policy=plan.policy, whole_run=[
+                                           request_for(s) for s in plan.steps
+                                           if s.approval_reason])
             options = json.loads(row["options_json"] or "{}")
             parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
             going = options.get("keep_going", False) if keep_going is None else keep_going
@@ -289,9 +293,15 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
 
 def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
                        to_run: set[str]) -> list[Any]:
-    """Requests for steps about to run that have no granted decision with the same digest."""
+    """Requests for steps about to run that have no granted decision with the same digest.
+
+    The digest covers the arguments and the tool as registered (SPEC §6), so a tool whose
+    registration changed since is asked about again. A grant's decision is never reused:
+    grants are checked again against the policy and clock of this moment (one removed,
+    expired or narrowed since clears nothing).
+    """
     granted = {(a["step_id"], a["digest"]) for a in journal.approvals(run_id)
-               if a["granted"]}
+               if a["granted"] and a["method"] != "grant"}
     out = []
     for step in plan.steps:
         if step.approval_reason and step.id in to_run:
@@ -448,6 +458,19 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
         event_data={"plan": plan.name, "retry_of": parent_id})
     journal.owner = owner
+    with runner.internal_guard(journal, child):  # a bug ends the child run failed
+        return _drive_child(journal, settings, row, plan, child, owner, inherited,
+                            parent_rows, approve, approve_all, approver, int(parallel),
+                            keep_going, progress)
+
+
+def _drive_child(journal: Journal, settings: Settings, row: dict[str, Any],
+                 plan: CheckedPlan, child: str, owner: str, inherited: list[str],
+                 parent_rows: list[dict[str, Any]], approve: list[str], approve_all: bool,
+                 approver: Any, parallel: int, keep_going: bool, progress: Any
+                 ) -> dict[str, Any]:
+    """Clear and run the new child run ``child`` of the failed run ``row``."""
+    parent_id = row["run_id"]
     journal.copy_succeeded(parent_id, child, inherited)
     state = {sid: StepState("succeeded", json.loads(r["output_json"] or "null"))
              for r in parent_rows if (sid := r["step_id"]) in inherited}

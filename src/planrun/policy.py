@@ -284,11 +284,40 @@ def grant_for(policy: Policy, covered: list[Covered], step_id: str,
     return None, "; ".join(reasons) or "no grant covers this tool"
 
 
+#: JSON Schema keywords that bound a value (a range, a length, a fixed set, a form): a
+#: grant whose ``arguments`` schema uses none of them anywhere puts no limit on what it
+#: clears. ``type``, ``required`` and ``additionalProperties`` alone bound nothing.
+BOUNDING_KEYWORDS = frozenset({"maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+                               "maxLength", "maxItems", "maxProperties", "enum", "const",
+                               "pattern"})
+
+
+def bounds_arguments(schema: Any) -> bool:
+    """True when a grant's ``arguments`` schema bounds some argument value.
+
+    That is, when a keyword of :data:`BOUNDING_KEYWORDS` appears anywhere in it (under
+    ``properties``, ``items``, ``allOf`` …). ``false`` (nothing matches) bounds too.
+    """
+    if schema is False:
+        return True
+    if isinstance(schema, dict):
+        if BOUNDING_KEYWORDS & set(schema):
+            return True
+        return any(bounds_arguments(v) for k, v in schema.items()
+                   if k not in ("description", "title", "examples", "default"))
+    if isinstance(schema, list):
+        return any(bounds_arguments(v) for v in schema)
+    return False
+
+
 def lint(policy: Policy, registry_tools: dict[str, bool], file: str | None) -> list[Issue]:
     """Warnings about a policy that parses.
 
     Classes without tools, expired grants, irreversible tools that nothing can clear
-    unattended. ``registry_tools`` maps each tool name to whether it is irreversible.
+    unattended, and grants that clear an irreversible tool without any bound (no
+    ``max_total`` and no bounding keyword in ``arguments``, see :func:`bounds_arguments`):
+    such a grant clears any amount, however large. ``registry_tools`` maps each tool name
+    to whether it is irreversible. ``planrun policy check --strict`` fails on any warning.
     """
     out: list[Issue] = []
 
@@ -302,6 +331,16 @@ def lint(policy: Policy, registry_tools: dict[str, bool], file: str | None) -> l
     for g in policy.grants:
         if g.expired():
             warn(f"grant {g.id!r} expired at {g.expires.isoformat()}; it clears nothing")
+            continue
+        if g.max_total is not None or bounds_arguments(g.arguments):
+            continue
+        members = ({g.tool} if g.tool is not None else
+                   policy.classes.get(g.cls or "", (set(), ""))[0])
+        unbounded = sorted(t for t in members if registry_tools.get(t))
+        if unbounded:
+            warn(f"grant {g.id!r} clears irreversible tool(s) {', '.join(unbounded)} with no "
+                 "bound: give it max_total (with amount_field) or an arguments schema that "
+                 "limits the values (maximum, maxLength, enum …)")
     for tool, irreversible in sorted(registry_tools.items()):
         if not irreversible:
             continue

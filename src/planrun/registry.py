@@ -280,10 +280,13 @@ class ToolRegistry:
 
 
 def _import(target: str) -> Any:
+    from .streams import stdout_to_stderr
+
     module_name, _, attr = target.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    with stdout_to_stderr():  # a module that prints when imported must not reach stdout
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
     return obj
 
 
@@ -419,7 +422,7 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
     if entry.python is not None:
         try:
             func = _import(entry.python)
-        except Exception as exc:  # any import-time failure of user code
+        except (Exception, SystemExit) as exc:  # any import-time failure of user code
             add(pointer("tools", name, "python"),
                 f"tool {name!r}: cannot import {entry.python!r} from {folder}: "
                 f"{type(exc).__name__}: {exc}")
@@ -435,8 +438,11 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
 
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise TypeError("not a pydantic BaseModel subclass")
-            contract = model.model_json_schema()
-        except Exception as exc:  # any import-time failure of user code
+            from .streams import stdout_to_stderr
+
+            with stdout_to_stderr():  # user code (schema hooks) may print
+                contract = model.model_json_schema()
+        except (Exception, SystemExit) as exc:  # any import-time failure of user code
             add(pointer("tools", name, "accepts"),
                 f"tool {name!r}: cannot use {entry.accepts!r} as a contract: "
                 f"{type(exc).__name__}: {exc}")

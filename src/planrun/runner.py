@@ -77,13 +77,18 @@ def covered(plan: CheckedPlan, requests: Sequence[ApprovalRequest]) -> list[Any]
 
 
 def _grants(journal: Journal, run_id: str, plan: CheckedPlan | None, policy: Any,
-            requests: Sequence[ApprovalRequest]) -> list[Decision]:
-    """Decisions made by grants; ``autonomy_escalated`` for the steps they do not clear."""
+            requests: Sequence[ApprovalRequest],
+            whole_run: Sequence[ApprovalRequest] | None = None) -> list[Decision]:
+    """Decisions made by grants; ``autonomy_escalated`` for the steps they do not clear.
+
+    ``whole_run`` lists every step of the run that needs clearing (default: ``requests``):
+    a grant's ``max_total`` sums over all of them, also the ones a resumed run already ran.
+    """
     from .policy import grant_for
 
     if policy is None or plan is None:
         return []
-    cover = covered(plan, requests)
+    cover = covered(plan, whole_run if whole_run is not None else requests)
     out = []
     for r in requests:
         if r.reason == "escalate":
@@ -99,10 +104,51 @@ def _grants(journal: Journal, run_id: str, plan: CheckedPlan | None, policy: Any
     return out
 
 
+@contextlib.contextmanager
+def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
+    """Turn an unexpected exception (a bug) into a ``failed`` run (SPEC §5).
+
+    Wraps everything a command does with a journaled run (clearing approvals, running its
+    steps, recording its status). A :class:`~planrun.errors.PlanrunError` passes through
+    unchanged; any other exception ends the run ``failed`` — unless it already ended — with
+    a ``run_finished`` event carrying ``error`` (code ``internal``) and the traceback (shown
+    only by ``planrun log RUN --tracebacks``).
+
+    Raises:
+        InternalError: code ``internal``, exit 1, with the run's manifest when it can be read.
+    """
+    from .errors import InternalError, PlanrunError
+    from .executor import internal_error
+
+    try:
+        yield
+    except PlanrunError:
+        raise
+    except Exception as exc:
+        error = internal_error(exc, "", run_id)
+        plain = {k: v for k, v in error.items() if k != "traceback"}
+        result = None
+        try:
+            if journal.run_row(run_id)["status"] in ("running", "interrupted"):
+                journal.finish_run(run_id, "failed", {"error": plain,
+                                                      "traceback": error["traceback"]})
+            from . import manifest
+
+            result = manifest.build(journal, run_id)
+            abandoned = getattr(exc, "planrun_abandoned", 0)
+            if abandoned:
+                result["_abandoned_calls"] = abandoned
+        except Exception:  # the journal cannot take it: the run stays resumable
+            result = None
+        raise InternalError(f"run {run_id} failed: {plain['message']}", manifest=result,
+            details={"run_id": run_id, "type": error["type"]}) from None
+
+
 def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRequest],
                     approve: set[str], approve_all: bool, approver: Any,
                     *, on_deny: str | None, plan: CheckedPlan | None = None,
-                    policy: Any = None) -> None:
+                    policy: Any = None,
+                    whole_run: Sequence[ApprovalRequest] | None = None) -> None:
     """Clear every request (journaling each decision) or raise :class:`ApprovalError`.
 
     Args:
@@ -116,15 +162,20 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
             leave the run's status as it is (a resume stays resumable).
         plan: the plan (for what grants would cover).
         policy: the policy whose grants may clear steps unattended.
+        whole_run: every step of the run that needs clearing, when ``requests`` are only
+            some of them (a resume): a grant's ``max_total`` counts them all.
 
     Raises:
         ApprovalError: ``approval_required`` (nobody to ask) or ``approval_denied``.
     """
+    from .executor import inject_fault
+
     for r in requests:
         journal.add_event(run_id, "approval_required", step_id=r.step_id,
                           data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
+    inject_fault("approval")
     by_step = {r.step_id: r for r in requests}
-    granted = _grants(journal, run_id, plan, policy, requests)
+    granted = _grants(journal, run_id, plan, policy, requests, whole_run)
     for d in granted:
         record_decision(journal, run_id, by_step[d.step_id], d)
     done = {d.step_id for d in granted}
@@ -222,13 +273,20 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
                         also_leased=also_leased or [])
     # Python tools run in the project folder, like commands (SPEC §2), so that a relative
     # path means the same place to every tool of a plan.
+    from .executor import inject_fault
+
     here = os.getcwd()
     os.chdir(settings.project)
     try:
         with _stdout_to_stderr():
             status = executor.run()
+    except Exception as exc:
+        # python calls left running in threads: the CLI must not wait for them at exit
+        exc.planrun_abandoned = executor.abandoned  # type: ignore[attr-defined]
+        raise
     finally:
         os.chdir(here)
+    inject_fault("finish")
     journal.finish_run(run_id, status)
     result = manifest.build(journal, run_id)
     if status == "interrupted":

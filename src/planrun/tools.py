@@ -123,6 +123,41 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def validate_model(model: Any, arguments: dict[str, Any]
+                   ) -> tuple[Any, list[tuple[str, str]]]:
+    """Validate arguments with an ``accepts`` pydantic model, from JSON, in strict mode.
+
+    The arguments are JSON data (a plan is JSON), so they are validated as JSON
+    (``model_validate_json``): a ``Decimal``, ``datetime``, ``UUID`` or ``Enum`` field
+    takes its JSON form (a string, a number), while strict mode still refuses ``"2"`` for
+    an integer. Validation (``planrun validate``) and the call use this same function, so
+    arguments that validate are arguments the call accepts. Whatever the model's code
+    prints goes to stderr.
+
+    Returns:
+        (the model instance, []) or (None, [(JSON Pointer, message), ...]).
+    """
+    import json
+
+    from pydantic import ValidationError
+
+    from .streams import stdout_to_stderr
+
+    try:
+        with stdout_to_stderr():
+            return model.model_validate_json(json.dumps(arguments), strict=True), []
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False, include_input=False):
+            where = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
+                            for p in err.get("loc", ()))
+            problems.append((where, str(err.get("msg", "invalid"))))
+        return None, problems or [("", str(exc))]
+    except Exception as exc:  # a validator in the model raised something else
+        return None, [("", f"the model {getattr(model, '__name__', model)!s} raised "
+                       f"{_describe(exc)}")]
+
+
 async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
                       pool: Executor | None, timeout: float | None) -> Any:
     """Call a python tool once; returns its output.
@@ -135,10 +170,10 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
     assert func is not None
     kwargs = arguments
     if tool.model is not None:
-        try:
-            model = tool.model.model_validate(arguments, strict=True)
-        except Exception as exc:
-            raise ToolFailure({"code": "arguments", "message": str(exc)}) from None
+        model, problems = validate_model(tool.model, arguments)
+        if problems:
+            raise ToolFailure({"code": "arguments", "message": "; ".join(
+                f"{where or '/'}: {message}" for where, message in problems)})
         kwargs = {name: getattr(model, name) for name in type(model).model_fields}
 
     def invoke() -> Any:

@@ -308,6 +308,15 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[tuple[s
 
         out.extend((ptr, msg, False) for ptr, msg in option_value_problems(tool.entry,
                                                                           arguments))
+    if tool.model is not None and not out and not opaque and not text:
+        # An ``accepts`` model is checked the way the call checks it (SPEC §2): from JSON,
+        # in strict mode; its JSON Schema alone lets through what the model refuses.
+        from .tools import validate_model
+
+        _model, problems = validate_model(tool.model, arguments)
+        for where, message in problems:
+            out.append((where, f"tool {tool.name!r} ({tool.entry.accepts}): {message}",
+                        False))
     return out
 
 
@@ -603,15 +612,22 @@ def _check_output_path(out: _Collector, ref: StepRef, sid: str, where: str,
 def _check_when(out: _Collector, expr: str, sid: str, base: str, ids: dict[str, int],
                 deps: dict[str, list[str]], acyclic: bool, declared: dict[str, Any],
                 used: set[str]) -> None:
-    from .conditions import ConditionError, compile_condition, references
+    from .conditions import ConditionError, compile_condition, references, unknown_names
 
     try:
         compile_condition(expr)
         param_refs, step_refs = references(expr)
+        names, calls = unknown_names(expr)
     except ConditionError as exc:
         out.add("condition", f"step {sid!r}: when does not compile: {exc}", step=sid,
                 path=base + "/when")
         return
+    for name in names:  # SPEC §3: a condition reads params and steps, nothing else
+        out.add("condition", f"step {sid!r}: when reads {name!r}, but a condition can only "
+                "read params.NAME and steps.ID.output", step=sid, path=base + "/when")
+    for name in calls:
+        out.add("condition", f"step {sid!r}: when calls {name}(), which is not a CEL "
+                "function", step=sid, path=base + "/when")
     used.update(param_refs)
     for ref in sorted(step_refs):
         if ref not in ids or ref == sid or (acyclic and not graph.is_ancestor(ref, sid, deps)):

@@ -357,12 +357,13 @@ class Journal:
 
     def step_finished(self, run_id: str, step_id: str, *, status: str, key: str | None,
                       output: Any = None, error: dict[str, Any] | None = None,
-                      expect: str = "running", event_data: Any = None,
+                      expect: str | tuple[str, ...] = "running", event_data: Any = None,
                       item: int | None = None, defer: bool = False) -> str:
         """The outcome record: ``succeeded``, ``failed`` or ``indeterminate``.
 
         Written with its event in one transaction; ``output`` for a success, ``error``
-        otherwise. Guarded by the expected current status; the key is kept (succeeded),
+        otherwise. Guarded by the expected current status (one, or a tuple of them); the
+        key is kept (succeeded),
         released (failed) so that a later attempt really runs, or left claimed
         (indeterminate).
 
@@ -375,6 +376,7 @@ class Journal:
         out_json = dumps(output) if status == "succeeded" else None
         err_json = None if error is None else dumps(error)
         table, where, args = self._target(run_id, step_id, item)
+        expected = (expect,) if isinstance(expect, str) else tuple(expect)
         kind = {"succeeded": "step_succeeded", "failed": "step_failed"}.get(
             status, f"step_{status}")
         data = dict(event_data or {})
@@ -387,10 +389,12 @@ class Journal:
             self._guard(c, run_id)
             cur = c.execute(
                 f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
-                f"finished_at = ? WHERE {where} AND status = ?",
-                (status, out_json, err_json, ts, *args, expect))
+                f"finished_at = ? WHERE {where} AND status IN "
+                f"({', '.join('?' for _ in expected)})",
+                (status, out_json, err_json, ts, *args, *expected))
             if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} was not {expect}")
+                raise JournalError(f"step {step_id!r} of run {run_id} was not "
+                                   f"{' or '.join(expected)}")
             if key is not None:
                 if status == "succeeded":
                     c.execute("UPDATE idempotency_keys SET status = 'succeeded', "
