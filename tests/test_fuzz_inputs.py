@@ -557,16 +557,24 @@ def test_fuzz_hazards_in_contracts_and_grants(fuzz_project: FuzzProject,
                                               schema: dict[str, Any], where: str) -> None:
     fuzz_project.reset()
     schema = {k: v for k, v in schema.items() if k != "default"}
+    evil = "a" * 41 + "!"
     if where == "tools":
         (fuzz_project.root / "tools.yaml").write_text(BASE_TOOLS + "  hz:\n"
                                                       "    python: fmod:echo\n"
                                                       f"    arguments: {json.dumps(schema)}\n")
     else:
+        (fuzz_project.root / "tools.yaml").write_text(BASE_TOOLS + "  hz:\n"
+                                                      "    python: fmod:echo\n"
+                                                      "    arguments: {type: object}\n")
         (fuzz_project.root / "planrun.toml").write_text(
-            "[[policy.grants]]\nid = 'g'\ntool = 'give'\ngranted_by = 'me'\n"
+            "[policy]\nrequire_approval = ['hz']\n"
+            "[[policy.grants]]\nid = 'g'\ntool = 'hz'\ngranted_by = 'me'\n"
             f"expires = 2099-01-01T00:00:00Z\narguments = {_toml_value(schema)}\n")
+    (fuzz_project.root / "plans" / "h.json").write_text(json.dumps(
+        {"planrun": 1, "goal": "g", "steps": [{"id": "h", "tool": "hz", "arguments": {
+            "x": evil, evil: 1}}]}))
     _validate_all(fuzz_project, "hazard")
-    for args in (["tools"], ["policy", "check"], ["execute", "good", "--json"]):
+    for args in (["tools"], ["policy", "check"], ["execute", "h", "--json"]):
         check(run_inprocess(fuzz_project.root, args), args, "hazard")
 
 
