@@ -506,6 +506,78 @@ def test_fuzz_sample_through_real_processes(fuzz_project: FuzzProject,
         check(run_process(fuzz_project.root, args), args, f"{kind} (process)")
 
 
+HAZARD_PARAM_SCHEMAS = st.one_of(
+    st.builds(lambda p: {"type": "string", "pattern": p, "default": "a"}, PATTERNS),
+    st.builds(lambda p: {"type": "object", "patternProperties": {p: {}},
+                         "additionalProperties": False}, PATTERNS),
+    st.builds(lambda p: {"type": "object", "patternProperties": {p: {}},
+                         "unevaluatedProperties": False}, PATTERNS),
+    st.builds(lambda p: {"type": "string", "format": "regex", "default": p}, PATTERNS),
+    st.sampled_from([{"$ref": "#", "default": 1}, {"anyOf": [{"$ref": "#"}]},
+                     {"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}},
+                      "$ref": "#/$defs/a"}, {"not": {"$ref": "#"}}]),
+)
+HAZARD_TEXTS = st.sampled_from(["\ud800", "\udfff", "a\ud83d", "\udcff"])
+
+
+@st.composite
+def hazard_plans(draw: st.DrawFn) -> dict[str, Any]:
+    """The valid plan with one hazard of the kinds issue 9 found, somewhere it is read."""
+    plan: dict[str, Any] = yaml.safe_load(GOOD_PLAN)
+    where = draw(st.sampled_from(["param", "goal", "intent", "name", "argument", "id"]))
+    if where == "param":
+        plan["params"]["s"] = draw(HAZARD_PARAM_SCHEMAS)
+    elif where in ("goal", "name"):
+        plan[where] = draw(HAZARD_TEXTS)
+    elif where == "intent":
+        plan["steps"][1]["intent"] = draw(HAZARD_TEXTS)
+    elif where == "argument":
+        plan["steps"][0]["arguments"]["value"] = draw(HAZARD_TEXTS | BIG_INTS)
+    else:
+        plan["steps"][0]["id"] = draw(HAZARD_TEXTS)
+    return plan
+
+
+@settings(FUZZ, max_examples=40 * SCALE)
+@given(hazard_plans(), st.sampled_from(["s=" + "a" * 41 + "!", "s={}", 's={"aaaa!": 1}',
+                                        "s=(", "s=a{99999999999}"]))
+def test_fuzz_hazards_in_plans(fuzz_project: FuzzProject, plan: dict[str, Any],
+                               value: str) -> None:
+    fuzz_project.reset()
+    (fuzz_project.root / "plans" / "f.json").write_text(json.dumps(plan, indent=1))
+    _validate_all(fuzz_project, "hazard")
+    for args in (["validate", "f", "-p", value], ["show", "f"], ["show", "f", "-p", value],
+                 ["graph", "f"], ["execute", "f", "-p", value, "--json"]):
+        check(run_inprocess(fuzz_project.root, args), args, "hazard")
+
+
+@settings(FUZZ, max_examples=30 * SCALE)
+@given(HAZARD_PARAM_SCHEMAS, st.sampled_from(["tools", "grant"]))
+def test_fuzz_hazards_in_contracts_and_grants(fuzz_project: FuzzProject,
+                                              schema: dict[str, Any], where: str) -> None:
+    fuzz_project.reset()
+    schema = {k: v for k, v in schema.items() if k != "default"}
+    evil = "a" * 41 + "!"
+    if where == "tools":
+        (fuzz_project.root / "tools.yaml").write_text(BASE_TOOLS + "  hz:\n"
+                                                      "    python: fmod:echo\n"
+                                                      f"    arguments: {json.dumps(schema)}\n")
+    else:
+        (fuzz_project.root / "tools.yaml").write_text(BASE_TOOLS + "  hz:\n"
+                                                      "    python: fmod:echo\n"
+                                                      "    arguments: {type: object}\n")
+        (fuzz_project.root / "planrun.toml").write_text(
+            "[policy]\nrequire_approval = ['hz']\n"
+            "[[policy.grants]]\nid = 'g'\ntool = 'hz'\ngranted_by = 'me'\n"
+            f"expires = 2099-01-01T00:00:00Z\narguments = {_toml_value(schema)}\n")
+    (fuzz_project.root / "plans" / "h.json").write_text(json.dumps(
+        {"planrun": 1, "goal": "g", "steps": [{"id": "h", "tool": "hz", "arguments": {
+            "x": evil, evil: 1}}]}))
+    _validate_all(fuzz_project, "hazard")
+    for args in (["tools"], ["policy", "check"], ["execute", "h", "--json"]):
+        check(run_inprocess(fuzz_project.root, args), args, "hazard")
+
+
 def test_zz_fuzz_counts(capsys: pytest.CaptureFixture[str]) -> None:
     """Print the number of inputs run per kind (for the issue's closing note)."""
     if os.environ.get("PLANRUN_FUZZ_REPORT"):
