@@ -180,6 +180,7 @@ def _wait_call(argv: list[str]) -> int:
                         if e["event"] == "call")
     if not done:  # an idempotent effect is done once per key, however often it is asked
         log({"event": "call", **where, "output": output})
+    log({"event": "done", **where})
     if len(files) > 1:
         _wait_file(files[1])
     print(json.dumps(output))
