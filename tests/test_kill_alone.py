@@ -7,11 +7,12 @@ a command tool is running, at two moments of the call:
 - ``waiting``: the command started and waits, before its effect;
 - ``effect``: its effect is done (logged) and it still runs.
 
-Right after the kill every file the tools wait for is created, so a copy of a call that
-outlived planrun would go on and do its effect (a second line in the effects log), and
-each command holds a lock while it runs, so two live copies of one call would log an
-``overlap`` line. Then a careful operator recovers with the CLI only, as the messages
-say: ``resume``; on ``indeterminate``, ``resolve`` each named step from the effects log
+The files the killed call waits for are created only once the operator's next command
+started a call (after ``resolve`` settled the killed call from the log): a copy of the
+call that outlived planrun would then do its effect after it was settled as not done (a
+second line in the effects log), and, as each command holds a lock while it runs, a copy
+running beside the resumed one logs an ``overlap`` line. Then a careful operator
+recovers with the CLI only, as the messages say: ``resume``; on ``indeterminate``, ``resolve`` each named step from the effects log
 (``--succeeded --output`` when the call's effect is logged, ``--failed`` when not); a run
 that then ends ``failed`` is continued with ``retry``; ``run_busy`` (a call of the dead
 planrun still being ended) is waited out.
@@ -134,9 +135,12 @@ def latest_run(proj: CliProject) -> str:
 
 
 def kill_at_next_blocked_call(proj: CliProject, args: tuple[str, ...], released: set[str],
-                              moment: str) -> str | None:
+                              moment: str, late: list[str]) -> str | None:
     """Run ``args``; SIGKILL planrun alone once a call waits on files not yet released.
 
+    ``late``: effects killed before, whose files are released only now, once this command
+    started a call (or ended): a copy that outlived the earlier planrun would run beside
+    the new one (an ``overlap``) or do its effect after the operator settled it as failed.
     With ``moment == "effect"`` the call is first let do its effect (it then waits for its
     second file). Returns the effect killed during, or None when the command ended first.
     """
@@ -145,7 +149,11 @@ def kill_at_next_blocked_call(proj: CliProject, args: tuple[str, ...], released:
     deadline = time.monotonic() + 60
     target = None
     while target is None:
-        for e in proj.entries()[seen:]:
+        fresh = proj.entries()[seen:]
+        if late and (fresh or p.poll() is not None):
+            release(proj, late)
+            late.clear()
+        for e in fresh:
             if e["event"] == "start" and e["effect"] not in released:
                 target = e
                 break
@@ -179,14 +187,15 @@ def drive_with_kills(proj: CliProject, moments: list[str], released: set[str] | 
     args: tuple[str, ...] | None = ("execute", "chain", "--json")
     run_id: str | None = None
     pending = list(moments)
+    late: list[str] = []
     for _ in range(MAX_ROUNDS):
         if not pending or args is None:
             break
-        effect = kill_at_next_blocked_call(proj, args, released, pending[0])
+        effect = kill_at_next_blocked_call(proj, args, released, pending[0], late)
         run_id = latest_run(proj)  # a retry's child run, once there is one
         if effect is not None:
             killed.append(f"{effect}@{pending.pop(0)}")
-            release(proj, [effect])
+            late.append(effect)
             released.add(effect)
         args = next_command(proj, run_id, used)
     release(proj, EFFECTS)
