@@ -7,15 +7,15 @@ a command tool is running, at two moments of the call:
 - ``waiting``: the command started and waits, before its effect;
 - ``effect``: its effect is done (logged) and it still runs.
 
-The files the killed call waits for are created only once the operator's next command
-started a call (after ``resolve`` settled the killed call from the log): a copy of the
-call that outlived planrun would then do its effect after it was settled as not done (a
-second line in the effects log), and, as each command holds a lock while it runs, a copy
-running beside the resumed one logs an ``overlap`` line. Then a careful operator
-recovers with the CLI only, as the messages say: ``resume``; on ``indeterminate``, ``resolve`` each named step from the effects log
-(``--succeeded --output`` when the call's effect is logged, ``--failed`` when not); a run
-that then ends ``failed`` is continued with ``retry``; ``run_busy`` (a call of the dead
-planrun still being ended) is waited out.
+The operator recovers with the CLI only, as the messages say: ``resume``; on
+``indeterminate``, ``resolve`` each named step from the effects log (``--succeeded
+--output`` when the call's effect is logged, ``--failed`` when not); a run that then ends
+``failed`` is continued with ``retry``; ``run_busy`` (a call of the dead planrun still
+being ended) is waited out. The files the killed call waits for are created only once the
+operator's next command started a call (after ``resolve`` settled the killed call from
+the log): a copy of the call that outlived planrun would then do its effect after it was
+settled as not done (a second line in the effects log), and, as each command holds a lock
+while it runs, a copy running beside the resumed one logs an ``overlap`` line.
 
 The plan chains three command tools: ``a`` idempotent (its effect is done once per
 idempotency key, as an idempotent tool's is), ``b`` not idempotent, ``c`` not idempotent
