@@ -198,8 +198,21 @@ def drive_with_kills(proj: CliProject, moments: list[str], released: set[str] | 
             late.append(effect)
             released.add(effect)
         args = next_command(proj, run_id, used)
-    release(proj, EFFECTS)
     assert run_id is not None
+    if args is not None and late:
+        # the next command runs while the killed call's files appear (see the docstring)
+        p = proj.start(*args)
+        seen = len(proj.entries())
+        deadline = time.monotonic() + 60
+        while len(proj.entries()) == seen and p.poll() is None:
+            assert time.monotonic() < deadline, "no call started"
+            time.sleep(0.02)
+        release(proj, late)
+        release(proj, EFFECTS)
+        r = proj.finish(p)
+        used.append(f"{args[0]}:{r.returncode}:{r.error_code}")
+        run_id = latest_run(proj)
+    release(proj, EFFECTS)
     while (args := next_command(proj, run_id, used)) is not None:
         r = proj.run(*args)
         used.append(f"{args[0]}:{r.returncode}:{r.error_code}")
