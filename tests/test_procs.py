@@ -290,6 +290,9 @@ def test_resume_and_resolve_refuse_while_an_orphaned_call_runs(
     assert [(c["step"], c["pgid"], c["alive"]) for c in ex.json["calls"]] == [
         ("s", pgid, True)]
     assert ex.json["would_stop"] is True
+    text = proj.run("resume", "--explain", run_id)
+    assert f"call of s: process group {pgid} on {socket.gethostname()} (still running)" in \
+        text.stdout, text
     u = proj.run("unlock", run_id, "--json")
     assert u.error_code == "run_busy", u
     # Nothing was dispatched again; the orphan alone may do the effect, once.
@@ -616,3 +619,57 @@ def test_attempts_count_dispatches_across_resumes(proj: CliProject) -> None:
     assert [e["attempt"] for e in proj.started("s")] == [1, 2]
     assert r.json["steps"][0]["attempts"] == 2
     assert proj.query("SELECT recoveries FROM steps WHERE step_id = 's'") == [(1,)]
+
+
+# --- the keeper and the journal, in process -----------------------------------------------------
+
+
+def test_the_keeper_ends_the_groups_still_listed_when_it_is_closed() -> None:
+    keeper = procs.Keeper()
+    keeper.start()
+    assert keeper.pid is not None
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             process_group=0)
+    try:
+        keeper.add(child.pid)
+        keeper.close()  # as if planrun ended with a call still running
+        assert child.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_the_keeper_leaves_a_group_that_was_removed() -> None:
+    keeper = procs.Keeper()
+    keeper.start()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             process_group=0)
+    try:
+        keeper.add(child.pid)
+        keeper.remove(child.pid)
+        keeper.close()
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_version_1_journal_is_migrated(tmp_path: Path) -> None:
+    from planrun.journal import Journal
+    from planrun.journal.schema import MIGRATIONS
+
+    path = tmp_path / "old.sqlite3"
+    with closing(sqlite3.connect(path)) as conn:
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO runs (run_id, root_run_id, plan_name, plan_json, digest, "
+                     "revision, params_json, contracts_json, status, created_at) VALUES "
+                     "('r1', 'r1', 'p', '{}', 'd', 1, '{}', '{}', 'running', 'now')")
+        conn.execute("INSERT INTO steps (run_id, step_id, position, tool, status, attempts) "
+                     "VALUES ('r1', 's', 0, 't', 'running', 1)")
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+    with Journal(path, write=True) as journal:
+        assert journal.dispatch_state("r1", "s") == ("running", 1, 0)
+        assert journal.calls("r1") == []

@@ -295,7 +295,8 @@ class Executor:
         """
         for pgid in list(self._groups):
             procs.signal_group(pgid, signal.SIGTERM)
-        self._loop.call_soon_threadsafe(self._on_lease_lost)
+        with contextlib.suppress(RuntimeError):  # the loop already closed: the run ended
+            self._loop.call_soon_threadsafe(self._on_lease_lost)
 
     def _on_lease_lost(self) -> None:
         """Another process has the run: stop, cancel every call, write nothing more."""
@@ -332,6 +333,7 @@ class Executor:
         finally:
             if beat is not None:
                 beat.stop()
+                beat.join(timeout=2.0)  # it closes its journal connection
             if deadline is not None:
                 deadline.cancel()
             for signum in (signal.SIGINT, signal.SIGTERM):
