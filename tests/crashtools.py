@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -132,8 +133,78 @@ def barrier(room: str, parties: int, **kwargs: Any) -> dict[str, Any]:
     return _call({"room": room, "parties": parties, **kwargs})
 
 
+async def block(file: str, **kwargs: Any) -> dict[str, Any]:
+    """An ``async def`` tool that blocks the event loop (``time.sleep``) until ``file`` exists.
+
+    What a careless async tool does; planrun's lease must survive it.
+    """
+    log({"event": "start", **_where()})
+    _wait_file(file)
+    return _call({"file": file, **kwargs})
+
+
+def kill_planrun(**kwargs: Any) -> dict[str, Any]:
+    """A python tool that SIGKILLs the planrun process it runs in, after its effect."""
+    out = _call(kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return out
+
+
+def _hold_lock(effect: str) -> Any:
+    """Lock ``<effect>.lock``; log an ``overlap`` line when another live copy holds it.
+
+    Two copies of one call running at once is exactly what must never happen: the lock
+    (released by the kernel when its holder dies) makes it visible.
+    """
+    import fcntl
+
+    fh = open(f"{effect}.lock", "a")  # noqa: SIM115 - held until this process exits
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log({"event": "overlap", **_where()})
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    return fh
+
+
+def _wait_call(argv: list[str]) -> int:
+    """``wait FILE [AFTER] [--once-per-key]``: see :func:`main`."""
+    once = "--once-per-key" in argv
+    files = [a for a in argv if not a.startswith("--")]
+    where = _where()
+    log({"event": "start", **where})
+    lock = _hold_lock(where["effect"])
+    _wait_file(files[0])
+    output = {"effect": where["effect"], "args": {"file": files[0]}}
+    done = once and any(e.get("key") == where["key"] for e in _entries()
+                        if e["event"] == "call")
+    if not done:  # an idempotent effect is done once per key, however often it is asked
+        log({"event": "call", **where, "output": output})
+    log({"event": "done", **where})
+    if len(files) > 1:
+        _wait_file(files[1])
+    print(json.dumps(output))
+    lock.close()
+    return 0
+
+
+def _entries() -> list[dict[str, Any]]:
+    path = _effects()
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def main(argv: list[str]) -> int:
-    """Command mode: ``record`` (arguments as JSON on stdin) or ``sleep SECONDS``."""
+    """Command mode.
+
+    ``record`` (arguments as JSON on stdin); ``sleep SECONDS``; ``wait FILE [AFTER]
+    [--once-per-key]`` (start marker, lock, wait for FILE, the effect — only once per
+    idempotency key with ``--once-per-key`` — then wait for AFTER); ``spawn ARGS...``
+    (the same as ``wait`` in a child process of the same group, which the command waits
+    for: the effect is a grandchild's of planrun); ``kill-parent`` (the effect, then
+    SIGKILL to planrun).
+    """
     verb = argv[0]
     if verb == "record":
         args = json.load(sys.stdin)
@@ -143,6 +214,17 @@ def main(argv: list[str]) -> int:
         log({"event": "start", **_where()})
         time.sleep(float(argv[1]))
         print(json.dumps(_call({"slept": float(argv[1])})))
+        return 0
+    if verb == "wait":
+        return _wait_call(argv[1:])
+    if verb == "spawn":
+        import subprocess
+
+        log({"event": "leader", **_where()})
+        return subprocess.call([sys.executable, __file__, "wait", *argv[1:]])
+    if verb == "kill-parent":
+        _call({})
+        os.kill(os.getppid(), signal.SIGKILL)
         return 0
     print(f"unknown verb {verb}", file=sys.stderr)
     return 2

@@ -236,7 +236,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     """
     from . import approval, runner
     from .journal import Journal, dumps, now
-    from .journal.store import LEASE_TTL_S, lease_owner, new_run_id
+    from .journal.store import lease_owner, lease_ttl, new_run_id
 
     registry = load_registry(settings)
     loaded = check(settings, name, registry, given, concrete=True)
@@ -269,7 +269,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
             "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
                                    "file_sha256": file_sha256(loaded.path)}),
             "status": "running", "created_at": created, "lease_owner": owner,
-            "lease_expires": time.time() + LEASE_TTL_S,
+            "lease_expires": time.time() + lease_ttl(),
         }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
             event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest})
         journal.owner = owner

@@ -92,6 +92,11 @@ def _fail(exc: Any, verbose: bool) -> NoReturn:
     from .ui import print_error
 
     print_error(exc, verbose)
+    if getattr(exc, "abandoned_calls", 0):
+        # python tool calls still run in threads (the run's lease was lost): do not wait
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exc.exit_code)
     raise typer.Exit(exc.exit_code)
 
 

@@ -58,7 +58,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
                           "(no terminal, no flag, no grant)"),
     "approval_denied": (EXIT_APPROVAL, "a person answered no (or did not answer in time)"),
     "unknown_run": (EXIT_RUN, "no run with that id or prefix"),
-    "run_busy": (EXIT_RUN, "another live process holds the run's lease"),
+    "run_busy": (EXIT_RUN, "another live process holds the run's lease, or a call of a "
+                 "planrun that died still runs"),
     "run_not_resumable": (EXIT_RUN, "the run is finished (or not failed, for retry)"),
     "indeterminate": (EXIT_RUN, "a step's effect is unknown and its tool is not "
                       "idempotent: settle it with planrun resolve"),

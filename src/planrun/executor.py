@@ -11,22 +11,25 @@ after it. All journal writes happen on the loop's thread: one writer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import graphlib
 import heapq
 import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import procs
 from .canonical import digest
 from .errors import EXIT_SIGINT, EXIT_SIGTERM, PlanrunError
 from .journal import Journal
-from .journal.store import LEASE_TTL_S
+from .journal.store import LeaseLost, lease_ttl
 from .params import IndexRef, ItemRef, Ref, ResolveError, StepRef, dig, resolve
 from .tools import CallTimeout, StepContext, ToolFailure, call_command, call_python
 from .validation import CheckedPlan, CheckedStep
@@ -97,6 +100,8 @@ def internal_error(exc: BaseException, where: str, run_id: str) -> dict[str, Any
     return {"code": "internal", "type": type(exc).__name__,
             "message": f"unexpected error in planrun{where} ({what[:500]}); this is a bug "
             f"in planrun — `planrun log {run_id} --tracebacks` shows where", "traceback": tb}
+#: Default bound on re-dispatches of a call cut short by a crash (SPEC §5 ``max_recoveries``).
+MAX_RECOVERIES = 3
 
 
 def _crash_points() -> frozenset[tuple[str, str]]:
@@ -135,6 +140,46 @@ def _ancestors(plan: CheckedPlan, step: CheckedStep) -> set[str]:
 def _listing(indices: list[int], most: int = 10) -> str:
     shown = ", ".join(map(str, indices[:most]))
     return shown + (f" and {len(indices) - most} more" if len(indices) > most else "")
+
+
+class _Heartbeat(threading.Thread):
+    """Renews the run's lease from a thread of its own, on a journal connection of its own.
+
+    The event loop may be blocked by a tool (an ``async def`` tool that calls
+    ``time.sleep``): the lease must not depend on tools behaving (SPEC §7 "Leases").
+    When the lease is found taken, ``on_lost`` is called from this thread, once.
+    """
+
+    def __init__(self, path: Path, run_ids: list[str], owner: str,
+                 on_lost: Callable[[], None]) -> None:
+        super().__init__(name="planrun-lease", daemon=True)
+        self.path, self.run_ids, self.owner, self.on_lost = path, run_ids, owner, on_lost
+        self.ttl = lease_ttl()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        journal: Journal | None = None
+        try:
+            while not self.stopped.wait(self.ttl / 3):
+                try:
+                    if journal is None:
+                        journal = Journal(self.path, write=True)
+                    held = [journal.renew_lease(rid, self.owner, ttl=self.ttl)
+                            for rid in self.run_ids]
+                except Exception:  # a busy or failing journal: try again at the next beat
+                    continue
+                if not held[0]:
+                    if not self.stopped.is_set():
+                        self.on_lost()
+                    return
+        finally:
+            if journal is not None:
+                with contextlib.suppress(Exception):
+                    journal.close()
+
+    def stop(self) -> None:
+        """Stop renewing (returns at once; the thread ends at its next beat)."""
+        self.stopped.set()
 
 
 class _Slots:
@@ -224,6 +269,7 @@ class Executor:
     cancel_reason: tuple[str, str] | None = None
     abandoned: int = 0
     signal_exit: int | None = None
+    lost: bool = False
 
     def run(self) -> str:
         """Run to the end.
@@ -235,12 +281,26 @@ class Executor:
         for s in self.plan.steps:
             self.state.setdefault(s.id, StepState())
         self._crash = _crash_points()
+        self._keeper = procs.Keeper()
+        self._groups: set[int] = set()
         pool = ThreadPoolExecutor(max_workers=self.max_parallel,
                                   thread_name_prefix="planrun-tool")
         try:
             asyncio.run(self._main(pool))
+        except LeaseLost:
+            self.lost = True
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+            self._keeper.close()
+        if self.lost:
+            self.journal.drop_deferred()
+            holder = self.journal.lease_holder(self.run_id)
+            lost = LeaseLost(
+                f"run {self.run_id}: this process lost the run's lease to "
+                f"{holder or 'nobody'}; its calls were cancelled and it journals nothing more",
+                hint=f"See what the run is doing with planrun status {self.run_id}.")
+            lost.abandoned_calls = self.abandoned  # type: ignore[attr-defined]
+            raise lost
         if self.signal_exit is not None:
             return "interrupted"
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
@@ -281,16 +341,25 @@ class Executor:
         for task in self._running:
             task.cancel()
 
-    async def _heartbeat(self) -> None:
-        assert self.owner is not None
-        while True:
-            await asyncio.sleep(LEASE_TTL_S / 3)
-            for other in self.also_leased:
-                self.journal.renew_lease(other, self.owner)
-            if not self.journal.renew_lease(self.run_id, self.owner):
-                self.stopping = "the run's lease was taken by another process"
-                self._emit("lease_lost", "")
-                return
+    def _lease_taken(self) -> None:
+        """From the heartbeat thread: the lease is gone. End our commands' groups now.
+
+        The loop may be blocked by a tool; the calls are cancelled on it when it runs.
+        """
+        for pgid in list(self._groups):
+            procs.signal_group(pgid, signal.SIGTERM)
+        with contextlib.suppress(RuntimeError):  # the loop already closed: the run ended
+            self._loop.call_soon_threadsafe(self._on_lease_lost)
+
+    def _on_lease_lost(self) -> None:
+        """Another process has the run: stop, cancel every call, write nothing more."""
+        if self.lost:
+            return
+        self.lost = True
+        self.stopping = "the run's lease was taken by another process"
+        self.cancel_reason = ("lease_lost", self.stopping)
+        self._emit("lease_lost", "")
+        self._cancel_running()
 
     def _emit(self, kind: str, sid: str, **info: Any) -> None:
         if self.progress is not None:
@@ -307,10 +376,14 @@ class Executor:
         self._sem = asyncio.Semaphore(self.max_parallel)
         self._pools = {name: asyncio.Semaphore(n) for name, n in self.pools.items()}
         self._running: dict[asyncio.Task[None], str] = {}
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._on_signal, signum)
-        beat = asyncio.create_task(self._heartbeat()) if self.owner else None
+        beat = None
+        if self.owner:
+            beat = _Heartbeat(self.journal.path, [self.run_id, *self.also_leased], self.owner,
+                              self._lease_taken)
+            beat.start()
         deadline = (loop.call_later(self.plan.timeout, self._run_timeout)
                     if self.plan.timeout else None)
         try:
@@ -325,13 +398,15 @@ class Executor:
                 await asyncio.gather(*self._running, return_exceptions=True)
             raise
         finally:
-            self.journal.flush()
             if beat is not None:
-                beat.cancel()
+                beat.stop()
+                beat.join(timeout=2.0)  # it closes its journal connection
             if deadline is not None:
                 deadline.cancel()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
+            if not self.lost:
+                self.journal.flush()
 
     async def _schedule(self) -> None:
         sorter = graphlib.TopologicalSorter(self.plan.deps)
@@ -342,7 +417,7 @@ class Executor:
         while sorter.is_active():
             for sid in sorter.get_ready():
                 heapq.heappush(heap, (by_id[sid].index, sid))
-            while heap and self.signal_exit is None:
+            while heap and self.signal_exit is None and not self.lost:
                 _, sid = heapq.heappop(heap)
                 inject_fault("schedule", sid)
                 st = self.state[sid]
@@ -361,7 +436,7 @@ class Executor:
                 task = asyncio.create_task(self._run_step(by_id[sid]))
                 running[task] = sid
             if not running:
-                if self.signal_exit is not None:
+                if self.signal_exit is not None or self.lost:
                     return  # interrupted: what was not dispatched stays pending
                 continue
             if self.journal.pending_writes:
@@ -369,7 +444,10 @@ class Executor:
                 # deferred outcomes in the same commit), then commit whatever is left
                 # before waiting on calls that may take long.
                 await asyncio.sleep(0)
-                self.journal.flush()
+                try:
+                    self.journal.flush()
+                except LeaseLost:
+                    self._on_lease_lost()
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in sorted(done, key=lambda t: by_id[running[t]].index):
                 sid = running.pop(task)
@@ -502,6 +580,9 @@ class Executor:
             # Cancelled before its call was dispatched, or between attempts: the journal
             # holds it as pending, so resume runs it.
             return
+        except LeaseLost:
+            # The journal refused a write: another process has the run. Stop everything.
+            self._on_lease_lost()
         except PlanrunError:
             raise  # the journal is unusable or the lease is lost: the run cannot go on
         except Exception as exc:
@@ -713,6 +794,20 @@ class Executor:
         where = step.id if item is None else f"{step.id}#{item}"
         journal, run_id = self.journal, self.run_id
         attempt = 0
+        if not self.fresh:
+            status, attempt, recoveries = journal.dispatch_state(run_id, step.id, item)
+            limit = step.raw.get("max_recoveries")
+            limit = MAX_RECOVERIES if limit is None else int(limit)
+            if status == "running" and recoveries >= limit:
+                # Left running by a crash once more than max_recoveries allows: a tool that
+                # kills planrun must not be called forever (SPEC §5 "Attempts").
+                exhausted = {"code": "recovery_exhausted",
+                             "message": f"its call was cut short by a crash {recoveries + 1} "
+                             f"time(s) ({attempt} attempt(s)); max_recoveries is {limit}, so "
+                             "it is not dispatched again"}
+                journal.step_finished(run_id, step.id, status="failed", key=key,
+                                      error=exhausted, item=item)
+                return Outcome("failed", error=exhausted)
         while True:
             attempt += 1
             journal.step_started(run_id, step.id, attempt=attempt, key=key,
@@ -789,7 +884,26 @@ class Executor:
                     ctx: StepContext) -> Any:
         if step.tool.kind == "python":
             return await call_python(step.tool, arguments, ctx, self._pool, step.timeout)
-        return await call_command(step.tool, arguments, ctx, self.project, step.timeout)
+        # The command's group is known to the keeper from before it runs, and journaled
+        # as soon as it started, until its leader was reaped (SPEC §12).
+        self._keeper.start()
+        groups: list[procs.Group] = []
+
+        def started(proc: asyncio.subprocess.Process) -> None:
+            group = procs.identify(proc.pid)
+            groups.append(group)
+            self._groups.add(group.pgid)
+            self._keeper.add(group.pgid)
+            self.journal.record_call(self.run_id, ctx.step_id, ctx.item_index, group)
+
+        try:
+            return await call_command(step.tool, arguments, ctx, self.project, step.timeout,
+                                      on_start=started, preexec=self._keeper.preexec)
+        finally:
+            for group in groups:
+                self._groups.discard(group.pgid)
+                self._keeper.remove(group.pgid)
+                self.journal.end_call(self.run_id, group)
 
     @staticmethod
     def _check_output(step: CheckedStep, output: Any) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from .errors import Refused, RunError, UsageError
 from .executor import StepState
 from .issues import Report
 from .journal import Journal, dumps, now
-from .journal.store import LEASE_TTL_S, holder_alive, lease_owner, new_run_id
+from .journal.store import holder_alive, lease_owner, lease_ttl, new_run_id
 from .manifest import RESUMABLE
 from .paths import Settings
 from .validation import CheckedPlan, ParamInput
@@ -167,7 +167,13 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
         elif st in ("running", "indeterminate"):
             was = ("running when the run stopped" if st == "running"
                    else "its effect is unknown")
-            if idempotent:
+            limit = _max_recoveries(plan, sid)
+            if idempotent and st == "running" and r.get("recoveries", 0) >= limit:
+                state[sid] = StepState("pending")  # the executor fails it, without a call
+                rerun.append(sid)
+                action, why = "fail", (f"recovery_exhausted: {was} {r['recoveries'] + 1} "
+                                       f"time(s), and max_recoveries is {limit}")
+            elif idempotent:
                 state[sid] = StepState("pending")
                 rerun.append(sid)
                 action, why = "run", f"{was}, tool {r['tool']!r} is idempotent (same key)"
@@ -186,6 +192,15 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
         explain.append({"step": sid, "tool": r["tool"], "status": st, "action": action,
                         "why": why})
     return Analysis(state, replay, rerun, blocked, explain)
+
+
+def _max_recoveries(plan: CheckedPlan | None, sid: str) -> int:
+    """The step's ``max_recoveries`` (SPEC §5 "Attempts")."""
+    from .executor import MAX_RECOVERIES
+
+    step = plan.by_id.get(sid) if plan is not None else None
+    limit = step.raw.get("max_recoveries") if step is not None else None
+    return MAX_RECOVERIES if limit is None else int(limit)
 
 
 def _items(journal: Journal, run_id: str) -> dict[str, list[dict[str, Any]]]:
@@ -350,9 +365,11 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
             alive = holder_alive(holder)
             lease = {"owner": holder, "alive": alive,
                      "expires_in_s": round((row["lease_expires"] or 0) - time.time(), 1)}
-        return {"run_id": run_id, "status": row["status"], "lease": lease,
+        calls = journal.calls(run_id)
+        busy = any(c["alive"] is not False for c in calls)
+        return {"run_id": run_id, "status": row["status"], "lease": lease, "calls": calls,
                 "revalidation": {"ok": problems is None, "issues": problems or []},
-                "would_stop": bool(found.blocked) or problems is not None,
+                "would_stop": bool(found.blocked) or problems is not None or busy,
                 "steps": found.explain}
 
 
@@ -454,7 +471,7 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
         "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
                                "file_sha256": options.get("file_sha256")}),
         "status": "running", "created_at": now(), "lease_owner": owner,
-        "lease_expires": time.time() + LEASE_TTL_S,
+        "lease_expires": time.time() + lease_ttl(),
     }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
         event_data={"plan": plan.name, "retry_of": parent_id})
     journal.owner = owner
@@ -507,5 +524,14 @@ def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
             raise RunError(f"run {run_id}'s lease is held by a live process on this host "
                            f"({holder})", code="run_busy",
                            hint="Stop that process (Ctrl-C or SIGTERM) instead.")
+        live = [c for c in journal.calls(run_id) if c["alive"]]
+        if live:
+            pgid = live[0]["pgid"]
+            raise RunError(f"run {run_id}: the call of step {live[0]['step']!r} still runs on "
+                           f"this host (process group {pgid})", code="run_busy",
+                           hint=f"Wait for it to end, or end it (kill -TERM -{pgid}).")
+        # what was recorded on another host cannot be checked from here: the person
+        # unlocking says it is over (SPEC §7 "planrun unlock")
+        journal.forget_calls(run_id)
         journal.release_lease(run_id)
         return {"run_id": run_id, "released": holder is not None, "owner": holder}

@@ -63,6 +63,7 @@ class Step(BaseModel):
     retries: Retries | None = None
     when: str | None = None
     pool: str | None = None
+    max_recoveries: Annotated[int, Field(ge=0)] | None = None
 
 
 class PlanHead(BaseModel):

@@ -216,9 +216,12 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
 
 async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
                        project: Path, timeout: float | None,
-                       on_start: Callable[[asyncio.subprocess.Process], None] | None = None
-                       ) -> Any:
+                       on_start: Callable[[asyncio.subprocess.Process], None] | None = None,
+                       preexec: Callable[[], None] | None = None) -> Any:
     """Run a command tool once, without a shell; returns its output per ``output``.
+
+    ``on_start`` is called once the command started (it may raise: the command is then
+    ended); ``preexec`` runs in the forked child before the command (``preexec_fn``).
 
     Raises:
         ToolFailure: non-zero exit (``exit_status``, with the tail of stderr), a program
@@ -245,13 +248,17 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=cwd, env=env, stdin=fin, stdout=fout, stderr=ferr,
-                process_group=0)
+                process_group=0, preexec_fn=preexec)
         except OSError as exc:
             raise ToolFailure({"code": "tool_error", "type": type(exc).__name__,
                                "message": f"cannot start {argv[0]!r}: "
                                f"{exc.strerror or exc}"}) from None
         if on_start is not None:
-            on_start(proc)
+            try:
+                on_start(proc)
+            except BaseException:
+                await terminate(proc)
+                raise
         try:
             await asyncio.wait_for(proc.wait(), timeout)
         except TimeoutError:

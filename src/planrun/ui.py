@@ -330,6 +330,11 @@ def print_explain(report: dict[str, Any]) -> None:
     if lease:
         state = {True: "alive", False: "dead", None: "on another host"}[lease["alive"]]
         out(f"lease: {lease['owner']} ({state}, expires in {lease['expires_in_s']} s)")
+    for c in report.get("calls", []):
+        state = {True: "still running", False: "ended", None: "on another host"}[c["alive"]]
+        item = f"[{c['item']}]" if c["item"] is not None else ""
+        out(f"call of {c['step']}{item}: process group {c['pgid']} on {c['host']} "
+            f"({state})")
     if not report["revalidation"]["ok"]:
         out("the journaled plan no longer passes validation; resume would refuse it:")
         for i in report["revalidation"]["issues"]:

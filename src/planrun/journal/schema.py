@@ -98,6 +98,24 @@ MIGRATIONS: list[list[str]] = [
             finished_at TEXT
         ) WITHOUT ROWID""",
     ],
+    # 1 -> 2 (issue 9, process groups): the process group of every running command call,
+    # so that resume refuses while one outlives its planrun (SPEC §12); crash re-dispatches
+    # counted per step and item, bounded by max_recoveries (SPEC §5 "Attempts").
+    [
+        """CREATE TABLE call_groups (
+            run_id TEXT NOT NULL,
+            step_id TEXT NOT NULL,
+            item_index INTEGER,
+            pgid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            boot_id TEXT,
+            start_ticks INTEGER,
+            started_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, host, pgid)
+        ) WITHOUT ROWID""",
+        "ALTER TABLE steps ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE items ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 
 #: The schema version this code writes and reads.

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .. import redact
+from .. import procs, redact
 from ..errors import JournalError, RunError, UsageError
 from .connection import _fail, atomic, open_read, open_write
 
@@ -35,6 +35,22 @@ RUN_STATUSES = ("running", "completed", "failed", "interrupted", "denied", "refu
 MIN_PREFIX = 4
 #: Seconds a lease lasts without renewal; a running process renews it every third of this.
 LEASE_TTL_S = 30.0
+#: Test-only seam: ``PLANRUN_TEST_LEASE_TTL_S=SECONDS`` shortens the lease (and so the
+#: heartbeat, every third of it), so lease tests need not wait 30 s.
+LEASE_TTL_ENV = "PLANRUN_TEST_LEASE_TTL_S"
+
+
+def lease_ttl() -> float:
+    """Seconds a lease lasts without renewal: :data:`LEASE_TTL_S` unless the test seam says."""
+    raw = os.environ.get(LEASE_TTL_ENV)
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            return LEASE_TTL_S
+        if 0.3 <= value <= LEASE_TTL_S:
+            return value
+    return LEASE_TTL_S
 
 
 class LeaseLost(RunError):
@@ -177,6 +193,17 @@ class Journal:
             with self._write():
                 pass
 
+    def drop_deferred(self) -> None:
+        """Forget the deferred records unwritten (after the run's lease was lost)."""
+        self._deferred.clear()
+
+    @_reads
+    def lease_holder(self, run_id: str) -> str | None:
+        """Who holds the run's lease now (``host:pid:token``), or None."""
+        row = self._c().execute("SELECT lease_owner FROM runs WHERE run_id = ?",
+                                (run_id,)).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
     @property
     def pending_writes(self) -> int:
         """How many deferred records wait for the next commit."""
@@ -283,6 +310,9 @@ class Journal:
                      root_run_id: str, item: int | None = None, defer: bool = False) -> str:
         """The dispatch record: step (or item) ``running`` with its key claimed.
 
+        ``attempt`` is the step's count of dispatches including this one (SPEC §5
+        "Attempts"). A record found ``running`` (left by a crash) counts one more recovery.
+
         Written with its ``step_started`` event in one transaction. With ``defer`` it joins
         the next commit (:meth:`flush`), so that calls starting at the same moment share
         one durable commit; the caller must flush before calling the tool.
@@ -300,6 +330,7 @@ class Journal:
             self._guard(c, run_id)
             cur = c.execute(
                 f"UPDATE {table} SET status = 'running', attempts = ?, idempotency_key = ?, "
+                "recoveries = recoveries + (status = 'running'), "
                 f"started_at = COALESCE(started_at, ?), error_json = NULL WHERE {where} "
                 "AND status IN ('pending', 'running', 'indeterminate')",
                 (attempt, key, ts, *args))
@@ -323,17 +354,130 @@ class Journal:
                 write(c)
         return ts
 
+    @_reads
+    def dispatch_state(self, run_id: str, step_id: str, item: int | None = None
+                       ) -> tuple[str, int, int]:
+        """(status, attempts, recoveries) of a step or item about to be dispatched.
+
+        ``attempts`` counts its dispatches so far; ``recoveries`` those made by resume of a
+        call a crash cut short (SPEC §5 "Attempts").
+        """
+        table, where, args = self._target(run_id, step_id, item)
+        row = self._c().execute(f"SELECT status, attempts, recoveries FROM {table} "
+                                f"WHERE {where}", args).fetchone()
+        if row is None:
+            return "pending", 0, 0
+        return str(row[0]), int(row[1]), int(row[2])
+
+    # --- process groups of running command calls (SPEC §12) ---------------------------
+
+    def record_call(self, run_id: str, step_id: str, item: int | None,
+                    group: procs.Group) -> None:
+        """Journal the process group of a command call that just started (committed now).
+
+        Raises:
+            LeaseLost: another process holds the run's lease (the caller ends the call).
+        """
+        with self._write() as c:
+            self._guard(c, run_id)
+            c.execute("INSERT OR REPLACE INTO call_groups (run_id, step_id, item_index, pgid, "
+                      "host, boot_id, start_ticks, started_at) VALUES (?,?,?,?,?,?,?,?)",
+                      (run_id, step_id, item, group.pgid, group.host, group.boot_id,
+                       group.start_ticks, now()))
+
+    def end_call(self, run_id: str, group: procs.Group) -> None:
+        """Forget a call's group once its leader was reaped (joins the next commit)."""
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM call_groups WHERE run_id = ? AND host = ? AND pgid = ?",
+                      (run_id, group.host, group.pgid))
+
+        self._deferred.append(write)
+
+    @staticmethod
+    def _call_rows(c: sqlite3.Connection, run_ids: list[str]
+                   ) -> list[tuple[str, str, int | None, procs.Group, str]]:
+        marks = ", ".join("?" for _ in run_ids)
+        rows = c.execute(
+            "SELECT run_id, step_id, item_index, pgid, host, boot_id, start_ticks, "
+            f"started_at FROM call_groups WHERE run_id IN ({marks}) ORDER BY started_at",
+            run_ids).fetchall()
+        return [(r[0], r[1], r[2], procs.Group(r[3], r[4], r[5], r[6]), r[7]) for r in rows]
+
+    def calls(self, run_id: str) -> list[dict[str, Any]]:
+        """The recorded command calls of a run still running or left by a dead process.
+
+        Each: ``step``, ``item``, ``pgid``, ``host``, ``started_at``, ``alive`` (True /
+        False, None on another host). Changes nothing.
+        """
+        if self.conn is None:
+            return []
+        try:
+            rows = self._call_rows(self.conn, [run_id])
+        except sqlite3.DatabaseError as exc:
+            raise _fail(self.path, exc, "read") from None
+        return [{"step": sid, "item": item, "pgid": g.pgid, "host": g.host,
+                 "started_at": ts, "alive": procs.group_alive(g)}
+                for _run, sid, item, g, ts in rows]
+
+    def forget_calls(self, run_id: str, *, host: str | None = None) -> int:
+        """Forget a run's recorded calls (only those on ``host`` when given); how many."""
+        with self._write() as c:
+            if host is None:
+                cur = c.execute("DELETE FROM call_groups WHERE run_id = ?", (run_id,))
+            else:
+                cur = c.execute("DELETE FROM call_groups WHERE run_id = ? AND host = ?",
+                                (run_id, host))
+            return int(cur.rowcount)
+
+    def _refuse_live_calls(self, c: sqlite3.Connection, run_id: str) -> None:
+        """``run_busy`` while a call of the run (or of a child run) outlives its planrun.
+
+        Calls that are provably over are forgotten; one on another host cannot be
+        checked from here and counts as running until ``planrun unlock``.
+        """
+        runs = [run_id] + [r[0] for r in c.execute(
+            "SELECT run_id FROM runs WHERE parent_run_id = ?", (run_id,))]
+        live = []
+        for rid, sid, item, group, _ts in self._call_rows(c, runs):
+            alive = procs.group_alive(group)
+            if alive is False:
+                c.execute("DELETE FROM call_groups WHERE run_id = ? AND host = ? AND pgid = ?",
+                          (rid, group.host, group.pgid))
+            else:
+                live.append((rid, sid, item, group, alive))
+        if not live:
+            return
+        rid, sid, item, group, alive = live[0]
+        what = f"step {sid!r}" + (f" item {item}" if item is not None else "")
+        of = "" if rid == run_id else f" (of its retry {rid})"
+        if alive:
+            where = f"process group {group.pgid}"
+            hint = (f"Wait for it to end, or end it (kill -TERM -{group.pgid}); then run "
+                    "this command again.")
+        else:
+            where = f"process group {group.pgid} on host {group.host}"
+            hint = (f"Make sure it ended on {group.host}, then `planrun unlock {run_id}` "
+                    "forgets it.")
+        more = f" and {len(live) - 1} more" if len(live) > 1 else ""
+        raise RunError(f"run {run_id}: the call of {what}{of} is still running "
+                       f"({where}{more}), started by a planrun process that is gone; "
+                       "running the step again now could do its effect twice",
+                       code="run_busy", hint=hint,
+                       details={"calls": [{"run_id": r, "step": s, "item": i,
+                                           **procs.describe(g)} for r, s, i, g, _a in live]})
+
     def withdraw_dispatch(self, run_id: str, step_id: str, key: str,
                           item: int | None = None) -> None:
         """Take back the dispatch record of a call cancelled before it started.
 
-        Back to ``pending``, key released: nothing happened, so nothing is unknown.
+        Back to ``pending``, key released: nothing happened, so nothing is unknown, and
+        the dispatch does not count as an attempt.
         """
         table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
-            c.execute(f"UPDATE {table} SET status = 'pending' WHERE {where} "
-                      "AND status = 'running'", args)
+            c.execute(f"UPDATE {table} SET status = 'pending', attempts = MAX(attempts - 1, 0) "
+                      f"WHERE {where} AND status = 'running'", args)
             c.execute("DELETE FROM idempotency_keys WHERE key = ? AND status = 'running'",
                       (key,))
 
@@ -534,13 +678,15 @@ class Journal:
 
     # --- leases, resume, resolve ------------------------------------------------------------
 
-    def take_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL_S,
+    def take_lease(self, run_id: str, owner: str, *, ttl: float | None = None,
                    statuses: tuple[str, ...] | None = None) -> None:
         """Take the run's lease for ``owner`` (SPEC §7 "Leases").
 
         A lease held by a live process is refused; a dead holder (same host, pid gone) or
-        an expired lease is taken over. With ``statuses``, the run's status is checked in
-        the same transaction (a run another process just finished is not taken).
+        an expired lease is taken over. A command call of the run (or of a retry of it)
+        that outlived its planrun and still runs is refused too (SPEC §12). With
+        ``statuses``, the run's status is checked in the same transaction (a run another
+        process just finished is not taken).
 
         Raises:
             RunError: ``run_busy``; ``run_not_resumable`` when the status is not one of
@@ -568,15 +714,17 @@ class Journal:
                         code="run_busy",
                         hint="Wait for it to finish; if that process is gone for good "
                         f"(another host), `planrun unlock {run_id}` releases the lease.")
+            self._refuse_live_calls(c, run_id)
             c.execute("UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE run_id = ?",
-                      (owner, time.time() + ttl, run_id))
+                      (owner, time.time() + (ttl or lease_ttl()), run_id))
         self.owner = owner
 
-    def renew_lease(self, run_id: str, owner: str, *, ttl: float = LEASE_TTL_S) -> bool:
+    def renew_lease(self, run_id: str, owner: str, *, ttl: float | None = None) -> bool:
         """Extend ``owner``'s lease; False when it no longer holds it."""
         with self._write() as c:
             cur = c.execute("UPDATE runs SET lease_expires = ? WHERE run_id = ? "
-                            "AND lease_owner = ?", (time.time() + ttl, run_id, owner))
+                            "AND lease_owner = ?", (time.time() + (ttl or lease_ttl()), run_id,
+                                                    owner))
             return bool(cur.rowcount == 1)
 
     def release_lease(self, run_id: str, owner: str | None = None) -> str | None:

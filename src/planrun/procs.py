@@ -1,0 +1,211 @@
+"""Command calls never outlive planrun unnoticed (SPEC §12 "Executors", §7 "Leases").
+
+Two mechanisms, each enough on its own for the common case, together closing the gaps:
+
+- **Children die with planrun.** Each command leads its own process group. A *keeper*
+  process (:class:`Keeper`, the script ``planrun/_watchdog.py``), started once per
+  planrun process in a session of its own, is told the group of every running call; when
+  planrun is gone, however it died (``kill -9`` of planrun alone included), the keeper
+  sends SIGTERM to the groups still running, then SIGKILL after
+  :data:`planrun.tools.KILL_GRACE_S` seconds. The child registers its own group with the
+  keeper before it executes the command (in the fork, :meth:`Keeper.preexec`), so there
+  is no instant at which a started command is unknown to the keeper.
+- **resume finds what is still running.** The journal records each running call's group
+  with its host, the boot it was started in, and its leader's start time
+  (:func:`identify`). ``resume``, ``retry`` and ``resolve`` refuse with ``run_busy`` while
+  a recorded group is alive (:func:`group_alive`), e.g. after the keeper itself was
+  killed too.
+
+What is *not* covered: a process that leaves its group on purpose (``setsid``,
+``setpgid``) escapes both, as it escapes a terminal's job control. A command that exits
+and leaves background processes behind has finished its call: those processes are its
+own business, not a running call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+_PROC = Path("/proc")
+
+
+def boot_id() -> str | None:
+    """This machine's boot id (Linux), or None where there is none to read."""
+    try:
+        return (_PROC / "sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, process group, start time in clock ticks since boot) of a pid, or None."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
+        return None
+    try:
+        # the command name (field 2) is in parentheses and may contain anything
+        fields = text.rsplit(")", 1)[1].split()
+        return fields[0], int(fields[2]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Group:
+    """A running call's process group, as journaled (SPEC §12).
+
+    Attributes:
+        pgid: the process group id (the command's pid: it leads its group).
+        host: ``socket.gethostname()`` of the machine it runs on.
+        boot_id: that machine's boot id (Linux), or None.
+        start_ticks: the leader's start time in clock ticks since boot (Linux
+            ``/proc/PID/stat`` field 22), or None; with ``boot_id`` it tells a recorded
+            group from a later one that got the same number.
+    """
+
+    pgid: int
+    host: str
+    boot_id: str | None
+    start_ticks: int | None
+
+
+def identify(pid: int) -> Group:
+    """The :class:`Group` led by ``pid`` (a command planrun just started)."""
+    found = _stat(pid)
+    return Group(pgid=pid, host=socket.gethostname(), boot_id=boot_id(),
+                 start_ticks=found[2] if found else None)
+
+
+def group_alive(group: Group) -> bool | None:
+    """Whether anything of a recorded process group still runs.
+
+    Returns:
+        True / False for a group on this host; None for a group on another host, which
+        cannot be checked from here.
+
+    A number is only reused for a new group once every process of the old group is gone,
+    so: the leader alive with the recorded start time → alive; a live process with that
+    pid but another start time → the old group is gone; no leader → alive while some
+    process (not a zombie) is still in the group.
+    """
+    if group.host != socket.gethostname():
+        return None
+    now_boot = boot_id()
+    if group.boot_id and now_boot and group.boot_id != now_boot:
+        return False  # the machine restarted since: nothing of it runs
+    if not _PROC.is_dir():  # pragma: no cover - not Linux: the group id is all there is
+        try:
+            os.killpg(group.pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    leader = _stat(group.pgid)
+    if leader is not None and leader[0] not in ("Z", "X"):
+        # another start time: the pid was given to a new process, the old group is gone
+        return group.start_ticks is None or leader[2] == group.start_ticks
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            found = _stat(int(entry.name))
+            if found is not None and found[1] == group.pgid and found[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+class Keeper:
+    """The keeper process of this planrun process (see the module docstring).
+
+    Started on first use; :meth:`close` ends it. Every method is a no-op when the keeper
+    could not be started (no usable interpreter): the journal's record of running calls
+    still keeps ``resume`` from running a step twice.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._fd: int | None = None
+        self._failed = False
+        self._pid = os.getpid()
+
+    def start(self) -> None:
+        """Start the keeper if it is not running yet (call from the thread that forks)."""
+        if self._proc is not None or self._failed:
+            return
+        self._pid = os.getpid()
+        try:
+            source = resources.files("planrun").joinpath("_watchdog.py").read_text(
+                encoding="utf-8")
+            # -I -S: no site, no user paths, no environment: fast, and nothing of the
+            # project can change what the keeper does.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", source, str(self._pid)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True, cwd="/")
+        except (OSError, ValueError, subprocess.SubprocessError):
+            self._failed = True
+            return
+        assert self._proc.stdin is not None
+        self._fd = self._proc.stdin.fileno()
+
+    def _send(self, text: bytes) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self._fd, text)
+
+    def preexec(self) -> None:
+        """Run in the forked child before it executes the command (``preexec_fn``).
+
+        The child leads its own group already; it tells the keeper so before the command
+        can start anything, and gives up if planrun died in the meantime. Only plain
+        system calls: the fork of a threaded process must not take locks.
+        """
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._fd, b"+%d\n" % os.getpid())
+        if os.getppid() != self._pid:
+            os._exit(127)
+
+    def add(self, pgid: int) -> None:
+        """A call's group started (also told by :meth:`preexec`; telling twice is fine)."""
+        self._send(b"+%d\n" % pgid)
+
+    def remove(self, pgid: int) -> None:
+        """A call's group ended (its leader was reaped)."""
+        self._send(b"-%d\n" % pgid)
+
+    @property
+    def pid(self) -> int | None:
+        """The keeper's pid, or None when it is not running."""
+        return None if self._proc is None else self._proc.pid
+
+    def close(self) -> None:
+        """End the keeper: it ends the groups still listed (none after a clean run)."""
+        proc, self._proc, self._fd = self._proc, None, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to a process group; nothing when it is gone or not ours."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def describe(group: Group) -> dict[str, Any]:
+    """A group as shown to people (``resume --explain``, ``run_busy`` details)."""
+    return {"pgid": group.pgid, "host": group.host}
