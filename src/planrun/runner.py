@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from . import redact
 from .approval import ApprovalRequest, Decision, clear
 from .errors import EXIT_SIGINT, ApprovalError
 from .journal import Journal
@@ -19,13 +20,29 @@ from .params import UNKNOWN
 from .paths import Settings
 from .validation import CheckedPlan
 
-SECRET_MASK = "***"
+#: Environment variables that give parameters; tools never see them (SPEC §7).
+PARAM_ENV_PREFIX = "PLANRUN_PARAM_"
 
 
-def masked_params(plan: CheckedPlan) -> dict[str, Any]:
-    """Parameter values as journaled and printed: secrets replaced by ``***``."""
-    return {k: (SECRET_MASK if k in plan.secret_params else (None if v is UNKNOWN else v))
+def stored_params(plan: CheckedPlan) -> dict[str, Any]:
+    """Parameter values as journaled, in reference form: a secret is a reference."""
+    return {k: (redact.reference(k) if k in plan.secret_params
+                else None if v is UNKNOWN else redact.escape_value(v))
             for k, v in plan.params.items()}
+
+
+@contextlib.contextmanager
+def _without_param_env() -> Iterator[None]:
+    """While tools run, ``PLANRUN_PARAM_*`` is not in the environment (SPEC §7).
+
+    A tool receives a parameter only as an argument the plan gives it: commands, python
+    tools (``os.environ``) and what they start do not inherit the variables.
+    """
+    taken = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(PARAM_ENV_PREFIX)}
+    try:
+        yield
+    finally:
+        os.environ.update(taken)
 
 
 def contracts(plan: CheckedPlan) -> dict[str, Any]:
@@ -224,8 +241,10 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     # path means the same place to every tool of a plan.
     here = os.getcwd()
     os.chdir(settings.project)
+    secrets = redact.Secrets.of_plan(plan)
     try:
-        with _stdout_to_stderr():
+        with _stdout_to_stderr(), _without_param_env(), redact.use(secrets), \
+                redact.masked_output(secrets):
             status = executor.run()
     finally:
         os.chdir(here)

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .. import redact
 from ..errors import JournalError, RunError, UsageError
 from .connection import _fail, atomic, open_read, open_write
 
@@ -100,9 +99,11 @@ def new_run_id() -> str:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON for a column, secret parameter values masked (``planrun.redact``)."""
-    if redact.active():
-        value = redact.value(value)
+    """Compact JSON for a column.
+
+    Values arrive in reference form (``planrun.redact``): a secret parameter's value is
+    already a reference wherever it was, so nothing here needs to know the secrets.
+    """
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     if not text.isascii():
         try:
