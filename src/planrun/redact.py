@@ -427,6 +427,11 @@ def follow(value: Any, path: tuple[str, ...], what: str, values: Mapping[str, An
         if isinstance(value, dict) and tok in value:
             value = value[tok]
             continue
+        if isinstance(value, dict):  # a key that is exactly a secret is a reference
+            key = next((k for k in value if OPEN in k and reveal(k, values) == tok), None)
+            if key is not None:
+                value = value[key]
+                continue
         if isinstance(value, list) and tok.isdigit() and int(tok) < len(value):
             value = value[int(tok)]
             continue
