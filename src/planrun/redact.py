@@ -112,6 +112,14 @@ def has_marks(value: Any) -> bool:
     return False
 
 
+_MARK_SPELT = re.compile(r"[\ufdd0-\ufdd2]|\\(?:u|U0000)[fF][dD][dD][0-2]")
+
+
+def text_may_hold_marks(text: str) -> bool:
+    """False when a JSON/YAML source ``text`` cannot hold a marker character (escaped or not)."""
+    return _MARK_SPELT.search(text) is not None
+
+
 def holds_reference(value: Any) -> bool:
     """True when ``value`` (a JSON value, possibly holding templates) has a reference."""
     from .params import Template
@@ -260,7 +268,8 @@ class Secrets:
         if isinstance(value, str):
             return self._find.sub(self._swap, value)
         if isinstance(value, dict):
-            return {self._keys.get(k) or escape(k): self.conceal(v) for k, v in value.items()}
+            return {(self._keys.get(k) or escape(k)) if isinstance(k, str) else k:
+                    self.conceal(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.conceal(v) for v in value]
         if _is_number(value):
@@ -391,8 +400,8 @@ def reveal(value: Any, values: Mapping[str, Any]) -> Any:
     if isinstance(value, str):
         return _reveal_str(value, values) if _MARK.search(value) else value
     if isinstance(value, dict):
-        return {(_render(_reveal_str(k, values)) if _MARK.search(k) else k):
-                reveal(v, values) for k, v in value.items()}
+        return {(_render(_reveal_str(k, values)) if isinstance(k, str) and _MARK.search(k)
+                 else k): reveal(v, values) for k, v in value.items()}
     if isinstance(value, list):
         return [reveal(v, values) for v in value]
     return value
@@ -428,7 +437,8 @@ def follow(value: Any, path: tuple[str, ...], what: str, values: Mapping[str, An
             value = value[tok]
             continue
         if isinstance(value, dict):  # a key that is exactly a secret is a reference
-            key = next((k for k in value if OPEN in k and reveal(k, values) == tok), None)
+            key = next((k for k in value if isinstance(k, str) and OPEN in k
+                        and reveal(k, values) == tok), None)
             if key is not None:
                 value = value[key]
                 continue
@@ -607,7 +617,7 @@ def masked_output(secrets: Secrets) -> Iterator[None]:
     is no secret.
     """
     global _diagnostics
-    if not secrets:
+    if not secrets or sys.stderr is None:  # no secret, or no stderr to reach at all
         yield
         return
     old_out, old_err, old_diag = sys.stdout, sys.stderr, _diagnostics

@@ -425,6 +425,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                      for k, v in values.items()}
     plain = not secrets and not any(redact.has_marks(v) for v in values.values()
                                     if v is not UNKNOWN)
+    # the source text tells at once whether any string could hold a marker character
+    marks = not isinstance(doc.text, str) or redact.text_may_hold_marks(doc.text)
 
     # --- steps: shape, ids, tools --------------------------------------------------
     steps: list[tuple[int, dict[str, Any], Any]] = []
@@ -507,7 +509,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
         arguments = substitute(model.arguments, values, f"{base}/arguments", problems)
         for_each = substitute(fe, values, f"{base}/for_each", problems) if fe is not None \
             else None
-        if plain and not redact.has_marks(model.arguments) and not redact.has_marks(fe):
+        if plain and not (marks and (redact.has_marks(model.arguments)
+                                     or redact.has_marks(fe))):
             stored, stored_fe = arguments, for_each
         else:
             stored = substitute(redact.escape_value(model.arguments), stored_values)
