@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planrun import redact
+from planrun import redact, streams
 from planrun.canonical import digest
 from planrun.params import ResolveError
 
@@ -711,7 +711,7 @@ def test_printing_masks_values_not_words() -> None:
 
 
 def test_the_masker_holds_back_a_secret_written_in_pieces() -> None:
-    masker = redact._Masker(redact.Secrets({"s": "abcd"}))
+    masker = streams.Masker(redact.Secrets({"s": "abcd"}))
     out = masker.feed("x ab") + masker.feed("cd y ab") + masker.feed("X") + masker.flush()
     assert out == "x *** y abX"
 

@@ -20,7 +20,7 @@ is called with. Everything else holds the **reference form**:
 * Printing shows ``***`` for a reference (:func:`display`): only values are ever masked,
   never field names, run ids, step ids, codes or planrun's own words, since those never
   hold a reference. A tool's own writes to stdout/stderr while a run is driven are values
-  too: :func:`masked_output` masks them on their way to planrun's stderr.
+  too: :func:`planrun.streams.masked_output` masks them on their way to planrun's stderr.
 
 A ``FORM`` says how the value was spelt where it was found: none (the value itself; as a
 whole string it is the value with its own type, inside text its text), ``text`` (a
@@ -31,16 +31,11 @@ number's JSON spelling inside text), ``json``/``jsonu`` (JSON-escaped, ASCII or 
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import json
-import os
 import re
-import select
-import sys
-import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import IO, Any
+from typing import Any
 
 #: What a person sees where a secret's value was.
 MASK = "***"
@@ -503,166 +498,3 @@ def display(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [display(v) for v in value]
     return value
-
-
-class _Masker:
-    """Masks secrets in a stream of text written in pieces.
-
-    A piece that ends with the start of a secret is held back until the next piece shows
-    whether the secret follows, so a secret written in two pieces is masked too.
-    """
-
-    def __init__(self, secrets: Secrets) -> None:
-        self.forms = [f for f in secrets.forms if f]
-        self._find = re.compile("|".join(map(re.escape, self.forms))) if self.forms else None
-        self.held = ""
-
-    def feed(self, text: str) -> str:
-        if self._find is None:
-            return text
-        text = self._find.sub(MASK, self.held + text)
-        keep = 0
-        for n in range(min(len(text), max(map(len, self.forms)) - 1), 0, -1):
-            tail = text[-n:]
-            if any(f.startswith(tail) for f in self.forms):
-                keep = n
-                break
-        self.held = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep] if keep else text
-
-    def flush(self) -> str:
-        held, self.held = self.held, ""
-        return held
-
-
-class _MaskedWriter:
-    """``sys.stdout``/``sys.stderr`` while a run is driven: tools' writes, masked."""
-
-    def __init__(self, target: IO[str], secrets: Secrets, fileno: int | None) -> None:
-        self._target = target
-        self._masker = _Masker(secrets)
-        self._lock = threading.Lock()
-        self._fileno = fileno
-
-    def write(self, text: str) -> int:
-        with self._lock:
-            shown = self._masker.feed(text)
-            if shown:
-                self._target.write(shown)
-            if "\n" in text:
-                self._target.flush()
-        return len(text)
-
-    def flush(self) -> None:
-        with self._lock:
-            held = self._masker.flush()
-            if held:
-                self._target.write(held)
-            self._target.flush()
-
-    def fileno(self) -> int:
-        if self._fileno is None:
-            return self._target.fileno()
-        return self._fileno
-
-    def isatty(self) -> bool:
-        return False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-
-_diagnostics: IO[str] | None = None
-
-
-def diagnostics() -> IO[str]:
-    """Where planrun's own diagnostics go: stderr, past the masking of tools' writes."""
-    return _diagnostics if _diagnostics is not None else sys.stderr
-
-
-def _forward(read_fd: int, write_fd: int, masker: _Masker, stop: threading.Event) -> None:
-    """Copy a pipe to ``write_fd``, masking secrets, until EOF or ``stop`` and quiet."""
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
-
-    def send(text: str) -> None:
-        data = text.encode("utf-8", "surrogateescape")
-        while data:
-            try:
-                n = os.write(write_fd, data)
-            except OSError:
-                return  # stderr is gone: what tools write is dropped, never blocks them
-            data = data[n:]
-
-    while True:
-        ready, _, _ = select.select([read_fd], [], [], 0.05)
-        if not ready:
-            if stop.is_set():
-                break
-            continue
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            break
-        send(masker.feed(decoder.decode(chunk)))
-    send(masker.feed(decoder.decode(b"", final=True)) + masker.flush())
-
-
-@contextlib.contextmanager
-def masked_output(secrets: Secrets) -> Iterator[None]:
-    """While a run is driven, mask secrets in whatever tools write to stdout and stderr.
-
-    ``sys.stdout``/``sys.stderr`` become masking writers, and file descriptors 1 and 2 a
-    pipe that a thread copies, masked, to the real stderr — so ``print``, ``logging``,
-    ``os.write(2, …)`` and a python tool's child processes are all covered. planrun's own
-    lines go through :func:`diagnostics` and are never masked. Nothing changes when there
-    is no secret.
-    """
-    global _diagnostics
-    if not secrets or sys.stderr is None:  # no secret, or no stderr to reach at all
-        yield
-        return
-    old_out, old_err, old_diag = sys.stdout, sys.stderr, _diagnostics
-    with contextlib.suppress(Exception):
-        old_out.flush()
-        old_err.flush()
-    piped = False
-    real: IO[str] = old_err
-    try:
-        fd_backed = old_err.fileno() == 2
-        saved = (os.dup(1), os.dup(2)) if fd_backed else None
-    except (OSError, ValueError, AttributeError):
-        saved = None
-    thread = None
-    stop = threading.Event()
-    if saved is not None:
-        read_fd, write_fd = os.pipe()
-        real = open(os.dup(saved[1]), "w", encoding=getattr(old_err, "encoding", None)  # noqa: SIM115
-                    or "utf-8", errors="backslashreplace", buffering=1)
-        os.dup2(write_fd, 1)
-        os.dup2(write_fd, 2)
-        os.close(write_fd)
-        piped = True
-        thread = threading.Thread(target=_forward, name="planrun-mask",
-                                  args=(read_fd, saved[1], _Masker(secrets), stop),
-                                  daemon=True)
-        thread.start()
-    writer = _MaskedWriter(real, secrets, 2 if piped else None)
-    sys.stdout = sys.stderr = writer
-    _diagnostics = real
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            writer.flush()
-        sys.stdout, sys.stderr, _diagnostics = old_out, old_err, old_diag
-        if saved is not None:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            stop.set()
-            if thread is not None:
-                thread.join(timeout=5)
-            os.close(saved[0])
-            if thread is None or not thread.is_alive():
-                os.close(read_fd)
-                os.close(saved[1])
-            with contextlib.suppress(Exception):
-                real.close()

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import redact
+from . import redact, streams
 from .approval import ApprovalRequest, Decision, clear
 from .errors import EXIT_SIGINT, ApprovalError
 from .journal import Journal
@@ -244,7 +244,7 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     secrets = redact.Secrets.of_plan(plan)
     try:
         with _stdout_to_stderr(), _without_param_env(), redact.use(secrets), \
-                redact.masked_output(secrets):
+                streams.masked_output(secrets):
             status = executor.run()
     finally:
         os.chdir(here)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from . import redact
+from . import redact, streams
 from .approval import ApprovalRequest, Decision, user_name
 from .errors import PlanrunError
 from .issues import Issue, Report
@@ -42,7 +42,7 @@ class _Diagnostics:
     """stderr for planrun's own lines: past the masking of tools' writes during a run."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(redact.diagnostics(), name)
+        return getattr(streams.diagnostics(), name)
 
 
 def _console(stderr: bool = False, no_color: bool = False) -> Any:
@@ -60,7 +60,7 @@ def out(text: str = "") -> None:
 
 def err(text: str = "") -> None:
     """One line of diagnostics on stderr (secret values shown as ``***``)."""
-    redact.diagnostics().write(redact.display_text(text) + "\n")
+    streams.diagnostics().write(redact.display_text(text) + "\n")
 
 
 def print_json(value: Any) -> None:
