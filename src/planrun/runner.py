@@ -244,7 +244,7 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     secrets = redact.Secrets.of_plan(plan)
     try:
         with _stdout_to_stderr(), _without_param_env(), redact.use(secrets), \
-                streams.masked_output(secrets):
+                streams.masked_output(secrets, lambda: executor.abandoned > 0):
             status = executor.run()
     finally:
         os.chdir(here)

@@ -125,7 +125,7 @@ def _forward(read_fd: int, write_fd: int, masker: Masker, stop: threading.Event)
 
 
 @contextlib.contextmanager
-def masked_output(secrets: Secrets) -> Iterator[None]:
+def masked_output(secrets: Secrets, until_exit: Any = None) -> Iterator[None]:
     """While a run is driven, mask secrets in whatever tools write to stdout and stderr.
 
     ``sys.stdout``/``sys.stderr`` become masking writers, and file descriptors 1 and 2 a
@@ -133,6 +133,9 @@ def masked_output(secrets: Secrets) -> Iterator[None]:
     ``os.write(2, …)`` and a python tool's child processes are all covered. planrun's own
     lines go through :func:`diagnostics` and are never masked. Nothing changes when there
     is no secret.
+
+    ``until_exit()`` true at the end (python calls abandoned in threads, still running):
+    stderr stays masked until the process exits; only stdout is given back.
     """
     global _diagnostics
     if not secrets or sys.stderr is None:  # no secret, or no stderr to reach at all
@@ -146,15 +149,20 @@ def masked_output(secrets: Secrets) -> Iterator[None]:
     real: IO[str] = old_err
     try:
         fd_backed = old_err.fileno() == 2
-        saved = (os.dup(1), os.dup(2)) if fd_backed else None
     except (OSError, ValueError, AttributeError):
-        saved = None
+        fd_backed = False  # an in-memory stream (embedded, under a test harness)
+    try:
+        saved: tuple[int, int] | None = (os.dup(1), os.dup(2))
+    except OSError:
+        saved = None  # a closed descriptor: Python-level masking only
     thread = None
     stop = threading.Event()
     if saved is not None:
         read_fd, write_fd = os.pipe()
-        real = open(os.dup(saved[1]), "w", encoding=getattr(old_err, "encoding", None)  # noqa: SIM115
-                    or "utf-8", errors="backslashreplace", buffering=1)
+        if fd_backed:
+            real = open(os.dup(saved[1]), "w",  # noqa: SIM115 - closed at the end
+                        encoding=getattr(old_err, "encoding", None) or "utf-8",
+                        errors="backslashreplace", buffering=1)
         os.dup2(write_fd, 1)
         os.dup2(write_fd, 2)
         os.close(write_fd)
@@ -171,8 +179,15 @@ def masked_output(secrets: Secrets) -> Iterator[None]:
     finally:
         with contextlib.suppress(Exception):
             writer.flush()
-        sys.stdout, sys.stderr, _diagnostics = old_out, old_err, old_diag
-        if saved is not None:
+        keep = bool(until_exit and until_exit())
+        sys.stdout = old_out
+        if keep:
+            if saved is not None:
+                os.dup2(saved[0], 1)
+                os.close(saved[0])
+        else:
+            sys.stderr, _diagnostics = old_err, old_diag
+        if saved is not None and not keep:
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             stop.set()
@@ -182,5 +197,6 @@ def masked_output(secrets: Secrets) -> Iterator[None]:
             if thread is None or not thread.is_alive():
                 os.close(read_fd)
                 os.close(saved[1])
-            with contextlib.suppress(Exception):
-                real.close()
+            if real is not old_err:
+                with contextlib.suppress(Exception):
+                    real.close()
