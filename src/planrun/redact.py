@@ -314,6 +314,12 @@ def conceal_text(text: str, keep: Iterable[str] = ()) -> str:
     return _active.conceal_text(text, keep)
 
 
+#: The names of the text-replace masking this module had before references (issue 9):
+#: text a tool or library produced goes into reference form, which prints as ``***``.
+text = conceal_text
+value = conceal
+
+
 def cut_tail(text: str, size: int) -> str:
     """The last ``size`` characters of reference-form ``text``, never cutting a reference.
 

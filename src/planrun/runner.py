@@ -31,6 +31,11 @@ def stored_params(plan: CheckedPlan) -> dict[str, Any]:
             for k, v in plan.params.items()}
 
 
+#: Former names (before secrets became references): what is journaled, and how it prints.
+masked_params = stored_params
+SECRET_MASK = redact.MASK
+
+
 @contextlib.contextmanager
 def _without_param_env() -> Iterator[None]:
     """While tools run, ``PLANRUN_PARAM_*`` is not in the environment (SPEC §7).
