@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import redact
 from .errors import Refused, RunError, UsageError
 from .issues import Issue, PlanReport, Report
 from .paths import PlanLookupError, Settings, find_plan, shown_path
@@ -145,7 +144,6 @@ def _check(settings: Settings, name: str, registry: Any, given: ParamInput | Non
         return Loaded(PlanReport(file=shown, issues=list(exc.issues)), None, path=path)
     report, plan = check_plan(doc, registry, settings, given, concrete=concrete,
                               name_hint=plan_name(path, doc))
-    redact.register(report.secrets)
     return Loaded(report, plan, document=doc.data, path=path)
 
 
@@ -264,10 +262,10 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
             "run_id": run_id, "root_run_id": run_id, "parent_run_id": None,
             "plan_name": plan.name, "plan_file": plan.file, "plan_json": dumps(plan.document),
             "digest": plan.digest, "revision": plan.revision, "goal": plan.goal,
-            "params_json": dumps(runner.masked_params(plan)),
+            "params_json": dumps(runner.stored_params(plan)),
             "contracts_json": dumps(runner.contracts(plan)),
             "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
-                                   "file_sha256": file_sha256(loaded.path)}),
+                                   "file_sha256": file_sha256(loaded.path, plan)}),
             "status": "running", "created_at": created, "lease_owner": owner,
             "lease_expires": time.time() + lease_ttl(),
         }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
@@ -284,10 +282,19 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
                                 progress=progress, fresh=True)
 
 
-def file_sha256(path: Path | None) -> str | None:
-    """SHA-256 of a plan file's bytes (to notice later edits cheaply), or None."""
+def file_sha256(path: Path | None, plan: CheckedPlan | None = None) -> str | None:
+    """SHA-256 of a plan file's bytes (to notice later edits cheaply), or None.
+
+    None too for a plan whose file holds a secret parameter's ``default``: a digest of
+    those bytes would let the secret be guessed from the journal.
+    """
     import hashlib
 
+    declared = plan.document.get("params") if plan is not None else None
+    if isinstance(declared, dict) and any(
+            isinstance(declared.get(n), dict) and "default" in declared[n]
+            for n in plan.secret_params):  # type: ignore[union-attr]
+        return None
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest() if path else None
     except OSError:
@@ -299,13 +306,14 @@ def _first_code(report: PlanReport) -> str:
 
 
 def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None:
+    from . import redact
     from .canonical import digest
     from .journal import Journal, dumps, now
     from .journal.store import new_run_id
     from .models import MAX_STORED_INT
 
     run_id = new_run_id()
-    data = loaded.document
+    data = redact.stored_plan(loaded.document)
     name = (data.get("name") if isinstance(data, dict) and isinstance(data.get("name"), str)
             else loaded.path.stem if loaded.path else "plan")
     try:

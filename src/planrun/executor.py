@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import procs
+from . import procs, redact
 from .canonical import digest
 from .errors import EXIT_SIGINT, EXIT_SIGTERM, PlanrunError
 from .journal import Journal
 from .journal.store import LeaseLost, lease_ttl
-from .params import IndexRef, ItemRef, Ref, ResolveError, StepRef, dig, resolve
+from .params import IndexRef, ItemRef, Ref, ResolveError, StepRef, resolve
 from .tools import CallTimeout, StepContext, ToolFailure, call_command, call_python
 from .validation import CheckedPlan, CheckedStep
 
@@ -118,7 +118,8 @@ def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int
                     arguments: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of {plan, root run, step, item, tool, arguments} (SPEC §7).
 
-    With ``key_arguments`` only those arguments count.
+    ``arguments`` are in reference form (:mod:`planrun.redact`): a secret counts by its
+    parameter's name, never its value. With ``key_arguments`` only those arguments count.
     """
     keys = step.tool.entry.key_arguments
     args = {k: arguments.get(k) for k in keys} if keys is not None else arguments
@@ -524,11 +525,17 @@ class Executor:
 
     def _lookup(self, step: CheckedStep, item: Any = None, index: int | None = None
                 ) -> Callable[[Ref], Any]:
+        values = self.plan.params
+
         def lookup(ref: Ref) -> Any:
-            if isinstance(ref, StepRef):
-                return dig(self._output(ref.step), ref.path, f"steps.{ref.step}.output")
-            if isinstance(ref, ItemRef):
-                return dig(item, ref.path, "item")
+            try:
+                if isinstance(ref, StepRef):
+                    return redact.follow(self._output(ref.step), ref.path,
+                                         f"steps.{ref.step}.output", values)
+                if isinstance(ref, ItemRef):
+                    return redact.follow(item, ref.path, "item", values)
+            except redact.SecretMissing as exc:
+                raise ResolveError(str(exc)) from None
             if isinstance(ref, IndexRef):
                 return index
             raise ResolveError(f"unexpected placeholder {ref.source()}")
@@ -599,12 +606,19 @@ class Executor:
         if step.when is not None:
             from .conditions import ConditionError, evaluate
 
-            outputs = {sid: self._output(sid) for sid, st in self.state.items()
-                       if st.status == "succeeded" and sid in _ancestors(self.plan, step)}
             try:
+                outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
+                           for sid, st in self.state.items()
+                           if st.status == "succeeded" and sid in _ancestors(self.plan, step)}
                 go = evaluate(step.when, self.plan.params, outputs)
+            except redact.SecretMissing as exc:
+                self._fail_now(step, "reference", str(exc))
+                return
             except ConditionError as exc:
-                self._fail_now(step, "condition", str(exc))
+                # the library's words may quote a value: masked, the expression kept
+                self._fail_now(step, "condition", redact.conceal_text(
+                    str(exc), keep=(repr(step.when), "cannot evaluate ", " gave ",
+                                    ", not true or false")))
                 return
             if not go:
                 self._skip(step.id, "condition", f"when is false: {step.when}")
@@ -634,23 +648,29 @@ class Executor:
         """Resolve and check a call's arguments and key.
 
         Returns an Outcome instead when no call is due (a failure before the call, or a
-        replay of an already-succeeded key).
+        replay of an already-succeeded key). The arguments returned are the values to call
+        with; the key is computed over their reference form (SPEC §7).
         """
         if step.static:
-            arguments = step.arguments  # fully known at validation, and checked there
+            stored = step.arguments  # fully known at validation, and checked there
         else:
             try:
-                arguments = resolve(step.arguments, lookup)
+                stored = resolve(step.arguments, lookup)
             except ResolveError as exc:
                 return Outcome("failed", error={"code": "reference", "message": str(exc)})
+        try:
+            arguments = redact.reveal(stored, self.plan.params)
+        except redact.SecretMissing as exc:
+            return Outcome("failed", error={"code": "reference", "message": str(exc)})
+        if not step.static:
             from .validation import argument_problems
 
-            problems = argument_problems(step.tool, arguments)
+            problems = argument_problems(step.tool, arguments, stored)
             if problems:
                 return Outcome("failed", error={"code": "arguments", "message": "; ".join(
                     f"{p or '/'}: {m}" for p, m, _k in problems)})
         key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
-                              item=item, arguments=arguments)
+                              item=item, arguments=stored)
         # A fresh run's keys are new (its own id is part of each), so only a resumed or
         # retried run can find one already succeeded.
         done, output = (False, None) if self.fresh else self.journal.succeeded_key(key)
@@ -668,8 +688,9 @@ class Executor:
         assembled there, so memory does not grow with the number of items.
         """
         try:
-            source = resolve(step.for_each, self._lookup(step))
-        except ResolveError as exc:
+            source = redact.expand(resolve(step.for_each, self._lookup(step)),
+                                   self.plan.params)
+        except (ResolveError, redact.SecretMissing) as exc:
             self._fail_now(step, "reference", str(exc))
             return
         if not isinstance(source, list):
@@ -859,6 +880,7 @@ class Executor:
                                       error=error, item=item)
                 return Outcome("indeterminate", error=error)
             if error is None:
+                output = redact.conceal(output)  # a secret it echoes is stored as a reference
                 journal.step_finished(run_id, step.id, status="succeeded", key=key,
                                       output=output, item=item, defer=True)
                 self._crash_at("outcome", step.id, item)
@@ -927,5 +949,5 @@ class Executor:
             errors = [e.message for e in validator.iter_errors(output)]
             if errors:
                 return {"code": "output", "message": f"tool {step.tool.name!r} output does "
-                        f"not match its output_schema: {errors[0]}"}
+                        f"not match its output_schema: {redact.conceal_text(errors[0])}"}
         return None

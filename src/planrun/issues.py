@@ -80,8 +80,6 @@ class PlanReport:
     file: str | None
     issues: list[Issue] = field(default_factory=list)
     plan: dict[str, Any] | None = None
-    #: values of ``secret: true`` parameters as given (masked everywhere; never printed).
-    secrets: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:

@@ -28,11 +28,29 @@ from .paths import Settings
 from .validation import CheckedPlan, ParamInput
 
 
+def journaled_params(row: dict[str, Any], data: Any) -> tuple[dict[str, Any], set[str]]:
+    """(values journaled for the run's parameters, names of its secret parameters).
+
+    A secret is journaled as a reference to itself (``***`` in journals written before
+    references): its value is not in the journal and must be given again.
+    """
+    from .redact import reveal
+
+    journaled = json.loads(row["params_json"] or "{}")
+    declared = data.get("params") if isinstance(data, dict) else None
+    declared = declared if isinstance(declared, dict) else {}
+    secret = {k for k, v in journaled.items()
+              if redact.reference_name(v) == k or (
+                  v == redact.MASK and isinstance(declared.get(k), dict)
+                  and declared[k].get("secret") is True)}
+    return {k: reveal(v, {}) for k, v in journaled.items() if k not in secret}, secret
+
+
 def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
             given: ParamInput | None) -> CheckedPlan:
     """The journaled plan, revalidated against the current registry and policy.
 
-    Journaled parameter values are reused; secret ones (journaled as ``***``) must be
+    Journaled parameter values are reused; secret ones (journaled as references) must be
     given again (``-p``, ``--params-file``, ``PLANRUN_PARAM_<NAME>``).
 
     Raises:
@@ -44,12 +62,10 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
 
     registry = load_registry(settings)
     shown = f"journal:{row['run_id']} ({row['plan_file']})"
-    data = json.loads(row["plan_json"])
+    data = redact.loaded_plan(json.loads(row["plan_json"]))
     # the journal wrote it: no need to parse it again, only to give issues a text to point at
     doc = Document(data=data, file=shown, text=json.dumps(data, indent=2), kind="json")
-    journaled = json.loads(row["params_json"])
-    secret = {k for k, v in journaled.items() if v == runner.SECRET_MASK}
-    values = {k: v for k, v in journaled.items() if k not in secret}
+    values, secret = journaled_params(row, data)
     given = given or ParamInput()
     # The journal is the truth: a resumed run keeps the values it started with; only the
     # secrets, which were never written down, are given again.
@@ -69,7 +85,6 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
     with no_gc():
         report, plan = check_plan(doc, registry, settings, merged, concrete=True,
                                   name_hint=row["plan_name"], known_digest=row["digest"])
-    redact.register(report.secrets)
     if plan is None:
         journal.add_event(row["run_id"], "plan_refused",
                           data={"issues": [i.to_json() for i in report.issues],
@@ -343,15 +358,14 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
             from .validation import check_plan
 
             registry = load_registry(settings)
-            doc = parse_text(json.dumps(json.loads(row["plan_json"]), indent=2), kind="json",
+            data = redact.loaded_plan(json.loads(row["plan_json"]))
+            doc = parse_text(json.dumps(data, indent=2), kind="json",
                              file=f"journal:{run_id}")
-            values = {k: v for k, v in json.loads(row["params_json"]).items()
-                      if v != runner.SECRET_MASK}
+            values, _secret = journaled_params(row, data)
             g = given or ParamInput()
             report, plan = check_plan(doc, registry, settings, ParamInput(
                 cli=g.cli, env=g.env, file_values={**values, **g.file_values}),
                 concrete=True)
-            redact.register(report.secrets)
             if plan is None:
                 problems = [i.to_json() for i in report.issues]
         except Refused as exc:
@@ -389,7 +403,7 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
         from .loading import DocumentError, parse_text
 
         try:  # the rules of a JSON file: finite numbers, bounded depth, text, no dup keys
-            value = parse_text(output, kind="json").data
+            value = redact.escape_value(parse_text(output, kind="json").data)
         except DocumentError as exc:
             raise UsageError(f"--output is not valid JSON: {exc.issues[0].message}") from None
     owner = lease_owner()
@@ -466,7 +480,7 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
         "plan_name": row["plan_name"], "plan_file": row["plan_file"],
         "plan_json": row["plan_json"], "digest": row["digest"],
         "revision": row["revision"], "goal": row["goal"],
-        "params_json": dumps(runner.masked_params(plan)),
+        "params_json": dumps(runner.stored_params(plan)),
         "contracts_json": dumps(runner.contracts(plan)),
         "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
                                "file_sha256": options.get("file_sha256")}),

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from . import masking, redact
 from .approval import ApprovalRequest, Decision, clear
 from .errors import EXIT_SIGINT, ApprovalError
 from .journal import Journal
@@ -19,13 +20,34 @@ from .params import UNKNOWN
 from .paths import Settings
 from .validation import CheckedPlan
 
-SECRET_MASK = "***"
+#: Environment variables that give parameters; tools never see them (SPEC §7).
+PARAM_ENV_PREFIX = "PLANRUN_PARAM_"
 
 
-def masked_params(plan: CheckedPlan) -> dict[str, Any]:
-    """Parameter values as journaled and printed: secrets replaced by ``***``."""
-    return {k: (SECRET_MASK if k in plan.secret_params else (None if v is UNKNOWN else v))
+def stored_params(plan: CheckedPlan) -> dict[str, Any]:
+    """Parameter values as journaled, in reference form: a secret is a reference."""
+    return {k: (redact.reference(k) if k in plan.secret_params
+                else None if v is UNKNOWN else redact.escape_value(v))
             for k, v in plan.params.items()}
+
+
+#: Former names (before secrets became references): what is journaled, and how it prints.
+masked_params = stored_params
+SECRET_MASK = redact.MASK
+
+
+@contextlib.contextmanager
+def _without_param_env() -> Iterator[None]:
+    """While tools run, ``PLANRUN_PARAM_*`` is not in the environment (SPEC §7).
+
+    A tool receives a parameter only as an argument the plan gives it: commands, python
+    tools (``os.environ``) and what they start do not inherit the variables.
+    """
+    taken = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(PARAM_ENV_PREFIX)}
+    try:
+        yield
+    finally:
+        os.environ.update(taken)
 
 
 def contracts(plan: CheckedPlan) -> dict[str, Any]:
@@ -277,8 +299,10 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
 
     here = os.getcwd()
     os.chdir(settings.project)
+    secrets = redact.Secrets.of_plan(plan)
     try:
-        with _stdout_to_stderr():
+        with _stdout_to_stderr(), _without_param_env(), redact.use(secrets), \
+                masking.masked_output(secrets, lambda: executor.abandoned > 0):
             status = executor.run()
     except Exception as exc:
         # python calls left running in threads: the CLI must not wait for them at exit

@@ -6,7 +6,11 @@ idempotency key and attempt from :func:`planrun.context`. A command is run **wit
 shell**: each ``{name}`` in an argv element is replaced by that argument's scalar value,
 the full arguments object is given as JSON on stdin, and the environment carries
 ``PLANRUN_RUN_ID``, ``PLANRUN_STEP_ID``, ``PLANRUN_ITEM_INDEX`` (fan-out only),
-``PLANRUN_IDEMPOTENCY_KEY`` and ``PLANRUN_ATTEMPT``.
+``PLANRUN_IDEMPOTENCY_KEY`` and ``PLANRUN_ATTEMPT`` (and never ``PLANRUN_PARAM_*``).
+
+What a tool says back in text (an exception, the tail of stderr) is put in reference form
+(:mod:`planrun.redact`) before it becomes an error message: a secret it echoes is stored
+as a reference and printed as ``***``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import redact
 from .params import render
 from .registry import ToolSpec
 
@@ -104,20 +109,19 @@ def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
 
 
 def _tail(data: bytes) -> str:
-    """The last :data:`STDERR_TAIL_BYTES` of output, secrets masked.
+    """The last :data:`STDERR_TAIL_BYTES` of output, in reference form.
 
-    Masking happens *before* the cut so that no fragment of a secret survives at the edge.
+    Secrets are found *before* the cut, and the cut never splits a reference, so that no
+    fragment of a secret survives at the edge.
     """
-    from . import redact
-
     window = data[-(STDERR_TAIL_BYTES + 4096):].decode("utf-8", "replace")
-    return redact.text(window)[-STDERR_TAIL_BYTES:].strip()
+    return redact.cut_tail(redact.conceal_text(window), STDERR_TAIL_BYTES).strip()
 
 
 def _describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, even when its ``__str__`` itself fails."""
+    """``Type: message`` of an exception (reference form), even when ``__str__`` fails."""
     try:
-        text = str(exc)
+        text = redact.conceal_text(str(exc))
     except Exception:  # a broken __str__ in tool code
         text = "<the exception's message could not be read>"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -172,8 +176,8 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
     if tool.model is not None:
         model, problems = validate_model(tool.model, arguments)
         if problems:
-            raise ToolFailure({"code": "arguments", "message": "; ".join(
-                f"{where or '/'}: {message}" for where, message in problems)})
+            raise ToolFailure({"code": "arguments", "message": redact.conceal_text("; ".join(
+                f"{where or '/'}: {message}" for where, message in problems))})
         kwargs = {name: getattr(model, name) for name in type(model).model_fields}
 
     def invoke() -> Any:
@@ -203,7 +207,7 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
         raise
     except BaseException as exc:  # the tool's own failure, also SystemExit and friends
         try:
-            tb = "".join(traceback.format_exception(exc))
+            tb = redact.conceal_text("".join(traceback.format_exception(exc)))
         except Exception:
             tb = None
         error = {"code": "tool_error", "type": type(exc).__name__,
@@ -231,7 +235,7 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
     """
     argv = fill_argv(list(tool.entry.command or []), arguments)
     cwd = project / tool.entry.cwd if tool.entry.cwd else project
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANRUN_PARAM_")}
     env.update(PLANRUN_RUN_ID=ctx.run_id, PLANRUN_STEP_ID=ctx.step_id,
                PLANRUN_IDEMPOTENCY_KEY=ctx.idempotency_key, PLANRUN_ATTEMPT=str(ctx.attempt))
     if ctx.item_index is not None:
@@ -251,7 +255,8 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
                 process_group=0, preexec_fn=preexec)
         except OSError as exc:
             raise ToolFailure({"code": "tool_error", "type": type(exc).__name__,
-                               "message": f"cannot start {argv[0]!r}: "
+                               "message": "cannot start "
+                               f"{redact.conceal_text(repr(argv[0]))}: "
                                f"{exc.strerror or exc}"}) from None
         if on_start is not None:
             try:
@@ -279,7 +284,8 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
             f"exited with status {code}"
         tail = _tail(err) or _tail(out)  # some programs report failures on stdout
         error: dict[str, Any] = {"code": "exit_status", "exit_code": code,
-                                 "message": f"{argv[0]} {how}" + (f": {tail}" if tail else "")}
+                                 "message": f"{redact.conceal_text(argv[0])} {how}"
+                                 + (f": {tail}" if tail else "")}
         if err and out:
             error["stdout_tail"] = _tail(out)
         raise ToolFailure(error)
@@ -293,7 +299,8 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         return json.loads(text)
     except ValueError as exc:
         raise ToolFailure({"code": "output",
-                           "message": f"{argv[0]} printed no valid JSON on stdout ({exc}); "
+                           "message": f"{redact.conceal_text(argv[0])} printed no valid "
+                           f"JSON on stdout ({exc}); "
                            "its tool declares output: json"}) from None
 
 

@@ -4,6 +4,10 @@ The only module that imports :mod:`rich` (and only when output goes to a termina
 
 Results go to stdout, diagnostics to stderr (SPEC principle 6). Colour follows ``NO_COLOR``
 and ``--no-color``.
+
+Secrets (SPEC §7): what is printed comes in reference form (:mod:`planrun.redact`), and
+rendering shows ``***`` for each reference — so only values are masked, never field
+names, ids, codes or planrun's own words, however short a secret is.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from . import redact
+from . import masking, redact
 from .approval import ApprovalRequest, Decision, user_name
 from .errors import PlanrunError
 from .issues import Issue, Report
@@ -34,30 +38,39 @@ def can_prompt() -> bool:
     return is_terminal(sys.stdin) and is_terminal(sys.stderr)
 
 
+class _Diagnostics:
+    """stderr for planrun's own lines: past the masking of tools' writes during a run."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(masking.diagnostics(), name)
+
+
 def _console(stderr: bool = False, no_color: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, no_color=no_color or bool(os.environ.get("NO_COLOR")),
+    return Console(file=_Diagnostics() if stderr else None,  # type: ignore[arg-type]
+                   no_color=no_color or bool(os.environ.get("NO_COLOR")),
                    highlight=False, soft_wrap=False)
 
 
 def out(text: str = "") -> None:
-    """One line of results on stdout (secrets masked)."""
-    sys.stdout.write(redact.text(text) + "\n")
+    """One line of results on stdout (secret values shown as ``***``)."""
+    sys.stdout.write(redact.display_text(text) + "\n")
 
 
 def err(text: str = "") -> None:
-    """One line of diagnostics on stderr (secrets masked)."""
-    sys.stderr.write(redact.text(text) + "\n")
+    """One line of diagnostics on stderr (secret values shown as ``***``)."""
+    masking.diagnostics().write(redact.display_text(text) + "\n")
 
 
 def print_json(value: Any) -> None:
-    """A JSON document on stdout (secrets masked)."""
-    text = json.dumps(redact.value(value), indent=2, ensure_ascii=False)
+    """A JSON document on stdout (secret values shown as ``***``)."""
+    shown = redact.display(value)
+    text = json.dumps(shown, indent=2, ensure_ascii=False)
     try:
         sys.stdout.write(text + "\n")
     except UnicodeEncodeError:  # a terminal that is not UTF-8, or lone surrogates
-        sys.stdout.write(json.dumps(redact.value(value), indent=2) + "\n")
+        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
 
 
 def print_error(exc: PlanrunError, verbose: bool = False) -> None:
@@ -66,7 +79,7 @@ def print_error(exc: PlanrunError, verbose: bool = False) -> None:
     if exc.hint:
         err(f"  {exc.hint}")
     if verbose and exc.details:
-        err(f"  details: {exc.details!r}")
+        err(f"  details: {redact.display(exc.details)!r}")
 
 
 # --- validation reports -----------------------------------------------------------------
@@ -88,13 +101,13 @@ def issue_line(issue: Issue) -> str:
 
 
 class _Masked:
-    """A text stream wrapper that masks secrets in everything written."""
+    """A text stream wrapper that shows ``***`` for each secret reference written."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        return self.stream.write(redact.text(text))
+        return self.stream.write(redact.display_text(text))
 
 
 def _gh_escape(text: str, prop: bool = False) -> str:
@@ -124,7 +137,7 @@ def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
     """Write a validation report in ``text``, ``json`` or ``github`` format."""
     target = _Masked(stream or sys.stdout)
     if fmt == "json":
-        target.write(json.dumps(redact.value(report.to_json(strict=strict)), indent=2,
+        target.write(json.dumps(redact.display(report.to_json(strict=strict)), indent=2,
                                 ensure_ascii=False) + "\n")
         return
     if fmt == "github":
@@ -190,7 +203,7 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         from rich.table import Table
 
         console = _console(no_color=no_color)
-        console.print(redact.text(head), markup=False, highlight=False)
+        console.print(redact.display_text(head), markup=False, highlight=False)
         table = Table()
         for col in ("step", "tool", "status", "time", "note"):
             table.add_column(col)
@@ -203,7 +216,7 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
             elif s.get("approved_by"):
                 note = f"approved by {s['approved_by']}"
             dur = f"{s['duration_s']:.3f}s" if s.get("duration_s") is not None else ""
-            table.add_row(s["id"], s["tool"], s["status"], dur, redact.text(note), style={
+            table.add_row(s["id"], s["tool"], s["status"], dur, redact.display_text(note), style={
                 "failed": "red", "indeterminate": "magenta", "skipped": "dim",
                 "succeeded": "green"}.get(s["status"]))
         console.print(table)
@@ -286,7 +299,7 @@ class TerminalApprover:
             table.add_column(col, overflow="fold")
         for r in requests:
             table.add_row(r.step_id, r.tool, r.intent or "",
-                          json.dumps(redact.value(r.arguments), ensure_ascii=False))
+                          json.dumps(redact.display(r.arguments), ensure_ascii=False))
         console.print(table)
 
     def _ask(self, question: str) -> tuple[bool, str | None]:
@@ -353,7 +366,8 @@ def print_plan(data: dict[str, Any]) -> None:
         out("parameters:")
         for p in data["params"]:
             kind = p["type"] if isinstance(p["type"], str) else json.dumps(p["type"])
-            need = "required" if p["required"] else f"default {json.dumps(p['default'])}"
+            need = "required" if p["required"] else \
+                f"default {json.dumps(redact.display(p['default']), ensure_ascii=False)}"
             secret = ", secret" if p["secret"] else ""
             desc = f" — {p['description']}" if p["description"] else ""
             out(f"  {p['name']}: {kind} ({need}{secret}){desc}")
@@ -508,7 +522,8 @@ class LiveProgress:
                 detail = f" ({info.get('reason')})"
             from rich.markup import escape
 
-            self.console.print(f"{mark} {escape(sid)}{took}{escape(redact.text(detail))}")
+            self.console.print(f"{mark} {escape(sid)}{took}"
+                               f"{escape(redact.display_text(detail))}")
         elif kind not in ("item_started", "retried"):
             _special(kind, info)
 

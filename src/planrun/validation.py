@@ -9,12 +9,13 @@ no coercion, no dropping of unknown fields, no trimming.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import graph
+from . import graph, redact
 from .canonical import digest
 from .issues import Issue, PlanReport
 from .loading import Document, has_surrogate, pointer
@@ -46,9 +47,11 @@ class CheckedStep:
         index: position in the plan file (0-based; breaks ties between ready steps).
         id: the step id.
         tool: the registry entry it calls.
-        arguments: arguments with parameters substituted; strings still holding run-time
-            references are :class:`~planrun.params.Template`.
-        for_each: the fan-out source (a list, or a Template) or None.
+        arguments: arguments with parameters substituted, in reference form
+            (:mod:`planrun.redact`: a secret parameter's value is a reference, what is stored,
+            keyed and shown; :func:`planrun.redact.reveal` gives the values to call with);
+            strings still holding run-time references are :class:`~planrun.params.Template`.
+        for_each: the fan-out source (a list, or a Template) or None, in reference form.
         depends_on: ids this step waits on.
         raw: the step mapping as written.
         approval_reason: why the step needs a person (``irreversible`` …) or None.
@@ -103,9 +106,10 @@ class CheckedPlan:
         name: the plan name (``name:`` or the file stem).
         revision: the plan's revision.
         goal: the plan's goal.
-        document: the plan as written (JSON data; what the journal stores).
+        document: the plan as written (JSON data; what the journal stores), a secret
+            parameter's ``default`` replaced by a reference (:func:`planrun.redact.stored_plan`).
         digest: SHA-256 of the canonical JSON of ``document``.
-        params: parameter values, defaults applied.
+        params: parameter values, defaults applied (secret ones too: never store these).
         secret_params: names of parameters marked ``secret: true``.
         steps: the steps, in the order written.
         deps: step id → ids it depends on.
@@ -189,8 +193,17 @@ def _pydantic_issues(out: _Collector, exc: Any, base: str, data: Any,
                 key=err["type"] == "extra_forbidden")
 
 
+def _secret_problem(name: str, err: Any) -> str:
+    """A schema violation of a secret parameter, worded without its value."""
+    rule = json.dumps(err.validator_value, ensure_ascii=False, default=str)
+    if len(rule) > 200:
+        rule = rule[:200] + "…"
+    return (f"parameter {name!r}: the value given (secret, not shown) fails "
+            f"{err.validator!r}: {rule} of its schema")
+
+
 def _resolve_params(declared: dict[str, Any], given: ParamInput, concrete: bool,
-                    out: _Collector) -> dict[str, Any]:
+                    out: _Collector, secret: set[str] | None = None) -> dict[str, Any]:
     values: dict[str, Any] = {}
     raw: dict[str, Any] = dict(given.file_values)
     # -p beats --params-file beats PLANRUN_PARAM_<NAME>
@@ -212,13 +225,18 @@ def _resolve_params(declared: dict[str, Any], given: ParamInput, concrete: bool,
             try:
                 raw[name] = parse_cli_value(text, schema)
             except ValueError as exc:
-                out.add("param_type", f"parameter {name!r}: {exc}", located=False)
+                why = str(exc) if name not in (secret or ()) else (
+                    "the value given (secret, not shown) does not parse as its declared "
+                    f"type {json.dumps(schema.get('type') if isinstance(schema, dict) else None)}")
+                out.add("param_type", f"parameter {name!r}: {why}", located=False)
                 continue
         if name in raw:
             values[name] = raw[name]
             problems = list(strict_validator(_without_secret(schema)).iter_errors(raw[name]))
             for err in problems:
-                out.add("param_type", f"parameter {name!r}: {err.message}", located=False)
+                out.add("param_type", f"parameter {name!r}: {err.message}"
+                        if name not in (secret or ()) else _secret_problem(name, err),
+                        located=False)
             if problems:
                 values[name] = UNKNOWN
         elif isinstance(schema, dict) and "default" in schema:
@@ -260,13 +278,16 @@ def _probe(value: Any, path: tuple[Any, ...], opaque: set[tuple[Any, ...]],
     return value
 
 
-def argument_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[tuple[str, str, bool]]:
+def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
+                      stored: Any = None) -> list[tuple[str, str, bool]]:
     """(JSON Pointer inside arguments, message, points-at-a-key) per contract violation.
 
     Values not known before the run (an unknown parameter, a run-time placeholder) are
     checked only as far as they are known: an embedded placeholder is text. For a command
     tool, a known value that would become an option (starts with ``-``) is a violation too
-    (:func:`planrun.argv.option_value_problems`).
+    (:func:`planrun.argv.option_value_problems`). With ``stored`` (the same arguments in
+    reference form), a violation by a value that holds a secret is worded without quoting
+    the value.
     """
     opaque: set[tuple[Any, ...]] = set()
     text: set[tuple[Any, ...]] = set()
@@ -297,6 +318,12 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[tuple[s
             out.append((where, f"tool {tool.name!r}: {err.message}", False))
             continue
         name = ".".join(str(p) for p in loc) or "arguments"
+        if stored is not None and redact.hides(stored, loc):
+            rule = json.dumps(err.validator_value, ensure_ascii=False, default=str)
+            out.append((where, f"argument {name!r}: its value (it holds a secret, not "
+                        f"shown) fails {err.validator!r}: "
+                        f"{rule if len(rule) <= 200 else rule[:200] + '…'}", False))
+            continue
         if loc in text:
             out.append((where, f"argument {name!r} holds a placeholder inside text, so it is "
                         f"a string; the tool declares {err.validator_value!r}", False))
@@ -405,18 +432,22 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
             continue
         if "default" in schema:
             for err in strict_validator(_without_secret(schema)).iter_errors(schema["default"]):
-                out.add("param_type", f"parameter {pname!r}: default {err.message}",
+                out.add("param_type", f"parameter {pname!r}: default {err.message}"
+                        if pname not in secrets else _secret_problem(pname, err),
                         path=ptr + "/default")
         good_params[pname] = schema
-    values = _resolve_params(good_params, given, concrete, out)
-    for pname in secrets:  # every text form a secret was given in, valid or not
-        for source in (given.cli, given.env, given.file_values, values):
-            if pname in source and source[pname] is not UNKNOWN:
-                report.secrets.append(source[pname])
-        if "default" in declared.get(pname, {}):
-            report.secrets.append(declared[pname]["default"])
+    values = _resolve_params(good_params, given, concrete, out, secrets)
     for pname in set(declared) - set(good_params):
         values[pname] = UNKNOWN
+    # What is stored, keyed and shown (reference form): a secret's value is a reference,
+    # other values and the plan's own text have the reference markers escaped.
+    stored_values = {k: v if v is UNKNOWN else (redact.reference(k) if k in secrets
+                                                  else redact.escape_value(v))
+                     for k, v in values.items()}
+    plain = not secrets and not any(redact.has_marks(v) for v in values.values()
+                                    if v is not UNKNOWN)
+    # the source text tells at once whether any string could hold a marker character
+    marks = not isinstance(doc.text, str) or redact.text_may_hold_marks(doc.text)
 
     # --- steps: shape, ids, tools --------------------------------------------------
     steps: list[tuple[int, dict[str, Any], Any]] = []
@@ -499,6 +530,13 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
         arguments = substitute(model.arguments, values, f"{base}/arguments", problems)
         for_each = substitute(fe, values, f"{base}/for_each", problems) if fe is not None \
             else None
+        if plain and not (marks and (redact.has_marks(model.arguments)
+                                     or redact.has_marks(fe))):
+            stored, stored_fe = arguments, for_each
+        else:
+            stored = substitute(redact.escape_value(model.arguments), stored_values)
+            stored_fe = substitute(redact.escape_value(fe), stored_values) \
+                if fe is not None else None
         for p in problems:
             out.add(p.code, f"step {sid!r}: {p.message}", step=sid, path=p.path)
         if for_each is not None and not (
@@ -516,7 +554,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                         step=sid, path=f"{base}/tool")
             continue
         if not problems:
-            for sub, msg, is_key in argument_problems(tool, arguments):
+            for sub, msg, is_key in argument_problems(
+                    tool, arguments, None if stored is arguments else stored):
                 out.add("arguments", f"step {sid!r}: {msg}", step=sid,
                         path=f"{base}/arguments{sub}", key=is_key)
         policy = registry.policy
@@ -530,8 +569,8 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
                 out.add("refused", f"step {sid!r}: the policy refuses tool {tool.name!r} "
                         f"outright (class {cls[0]!r})", step=sid, path=f"{base}/tool")
             reason = policy.clearance(tool.name, tool.entry.irreversible)
-        checked.append(CheckedStep(index=i, id=sid, tool=tool, arguments=arguments,
-                                   for_each=for_each, depends_on=deps.get(sid, []), raw=raw,
+        checked.append(CheckedStep(index=i, id=sid, tool=tool, arguments=stored,
+                                   for_each=stored_fe, depends_on=deps.get(sid, []), raw=raw,
                                    approval_reason=reason,
                                    static=for_each is None and not has_templates(arguments)))
     for pname in declared:
@@ -542,9 +581,10 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: Settings,
 
     if not report.ok or head is None:
         return report, None
+    document = redact.stored_plan(data)
     plan = CheckedPlan(
         file=doc.file or "", name=name, revision=head.revision, goal=head.goal,
-        document=data, digest=known_digest or digest(data), params=values,
+        document=document, digest=known_digest or digest(document), params=values,
         secret_params=secrets,
         steps=checked, deps={s.id: s.depends_on for s in checked},
         max_parallel=head.max_parallel, timeout=head.timeout, policy=registry.policy)

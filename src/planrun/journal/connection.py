@@ -6,6 +6,10 @@ starts with ``BEGIN IMMEDIATE`` (the write lock is taken up front, so a busy jou
 ``busy_timeout`` instead of failing half-way) and rolls back on any exception.
 Pragmas: WAL, ``synchronous=FULL`` (a committed record survives power loss),
 ``foreign_keys=ON``, ``busy_timeout`` 30 s.
+
+A journal file planrun creates is readable by its owner only (0600; SQLite gives its
+``-wal`` and ``-shm`` files the same mode), and so are the folders it creates for it (0700)
+and the ``.setup-lock`` file (SPEC §7): a journal holds what tools returned.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sqlite3
 import tempfile
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ..errors import JournalError
@@ -105,9 +109,14 @@ def open_write(path: Path) -> sqlite3.Connection:
         raise JournalError(f"the journal path {path} is not a regular file",
                            hint="Give --journal (or PLANRUN_JOURNAL) a file path.")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_folder(path.parent)
     except OSError as exc:
         raise _fail(path, exc, "create the folder of") from None
+    try:
+        if not path.exists():
+            _create_private(path)
+    except OSError as exc:
+        raise _fail(path, exc, "create") from None
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)
@@ -137,6 +146,28 @@ def open_write(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _make_folder(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each readable by its owner only (0700)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for d in reversed(missing):
+        with suppress(FileExistsError):  # another process was quicker
+            d.mkdir(mode=0o700)
+
+
+def _create_private(path: Path) -> None:
+    """Create an empty file (an empty SQLite database) with mode 0600, if it is new."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process was quicker: its file, its mode
+        return
+    os.close(fd)
+
+
 @contextmanager
 def _setup_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on ``<journal>.setup-lock`` (POSIX ``flock``).
@@ -149,7 +180,7 @@ def _setup_lock(path: Path) -> Iterator[None]:
         yield
         return
     lock = path.with_name(path.name + ".setup-lock")
-    with open(lock, "a") as fh:
+    with open(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .. import procs, redact
+from .. import procs
 from ..errors import JournalError, RunError, UsageError
 from .connection import _fail, atomic, open_read, open_write
 
@@ -116,9 +116,11 @@ def new_run_id() -> str:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON for a column, secret parameter values masked (``planrun.redact``)."""
-    if redact.active():
-        value = redact.value(value)
+    """Compact JSON for a column.
+
+    Values arrive in reference form (``planrun.redact``): a secret parameter's value is
+    already a reference wherever it was, so nothing here needs to know the secrets.
+    """
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     if not text.isascii():
         try:
