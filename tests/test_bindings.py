@@ -296,8 +296,11 @@ def test_an_unbounded_grant_on_an_irreversible_tool_is_a_warning(proj: CliProjec
 
 
 def test_an_empty_arguments_schema_is_no_bound(proj: CliProject) -> None:
-    toml = "[policy]\n" + grant(tool="pay", extra='arguments = {type = "object"}\n')
-    assert policy_check(proj, toml, "--strict").returncode == 3
+    toml = "[policy]\n" + grant(tool="pay", extra='arguments = {type = "object", '
+                                 'required = ["amount"]}\n')
+    r = policy_check(proj, toml, "--strict")
+    assert r.returncode == 3, r
+    assert "grant 'g1' clears irreversible tool(s) pay with no bound" in r.stdout, r
 
 
 @pytest.mark.parametrize("extra", [
