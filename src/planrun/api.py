@@ -145,8 +145,77 @@ def _check(settings: Settings, name: str, registry: Any, given: ParamInput | Non
         return Loaded(PlanReport(file=shown, issues=list(exc.issues)), None, path=path)
     report, plan = check_plan(doc, registry, settings, given, concrete=concrete,
                               name_hint=plan_name(path, doc))
+    if plan is not None:
+        report.issues.extend(grant_warnings(plan, doc))
     redact.register(report.secrets)
     return Loaded(report, plan, document=doc.data, path=path)
+
+
+def grant_warnings(plan: CheckedPlan, doc: Any = None) -> list[Issue]:
+    """``ungrantable`` warnings: steps the policy means grants to clear, that none ever can.
+
+    A step needing clearance whose tool (or class) a grant names, or whose class is
+    ``act``, but whose arguments (or ``for_each``) are only known at run time: no grant
+    can check them before the run, so an unattended run always stops with exit 4
+    (issue 10, bug 1). ``doc`` (a :class:`~planrun.loading.Document`) locates the issue.
+    """
+    from .params import StepRef, Template
+
+    def steps_read(value: Any) -> bool:  # a Template holding {steps.…}: run time only
+        if isinstance(value, Template):
+            return any(isinstance(r, StepRef) for r in value.refs())
+        if isinstance(value, dict):
+            return any(steps_read(v) for v in value.values())
+        if isinstance(value, list):
+            return any(steps_read(v) for v in value)
+        return False
+
+    def templated(value: Any) -> bool:
+        if isinstance(value, Template):
+            return True
+        if isinstance(value, dict):
+            return any(templated(v) for v in value.values())
+        if isinstance(value, list):
+            return any(templated(v) for v in value)
+        return False
+
+    policy = plan.policy
+    if policy is None:
+        return []
+    out: list[Issue] = []
+    for step in plan.steps:
+        if not step.approval_reason or step.approval_reason == "escalate":
+            continue
+        literal = isinstance(step.for_each, list) and not templated(step.for_each)
+        if step.for_each is not None and not literal:
+            what = "for_each"
+        elif (steps_read(step.arguments) if step.for_each is not None
+              else templated(step.arguments)):
+            what = "arguments"
+        else:
+            continue
+        c = step.tool.name
+        cls = policy.class_of(c)
+        names = [g.id for g in policy.grants
+                 if g.tool == c or (cls is not None and g.cls == cls[0])]
+        if not names and not (cls is not None and cls[1] == "act"):
+            continue
+        which = (f"grant {', '.join(repr(n) for n in names)} names"
+                 if names else f"class {cls[0]!r} (level act) holds" if cls else "")
+        path = f"/steps/{step.index}/{what}"
+        line = col = None
+        if doc is not None:
+            with contextlib.suppress(Exception):
+                line, col = doc.locate(path)
+        out.append(Issue(
+            code="ungrantable", severity="warning", step=step.id, path=path,
+            file=plan.file or None, line=line, column=col,
+            message=f"step {step.id!r}: no grant can ever clear it unattended: "
+            f"{which} its tool {c!r}, but its {what} are only known at run time, and a "
+            "grant checks arguments before the run. An unattended run (cron, CI) stops "
+            f"with exit 4; give the {what} from parameters or literals, or clear the step "
+            f"with --approve {step.id}"))
+    return out
 
 
 def _shown(path: Path, settings: Settings) -> str:
@@ -191,7 +260,14 @@ def policy_check(settings: Settings) -> Report:
     shown = shown_path(settings.config_file) if settings.config_file else None
     policy, _ = load_policy(settings.policy or {}, set(registry.tools), shown)
     irreversible = {name: spec.entry.irreversible for name, spec in registry.tools.items()}
-    return Report(issues=lint(policy, irreversible, shown))
+    report = Report(issues=lint(policy, irreversible, shown))
+    # The plans of the project: a step that no grant can ever clear is a warning here too.
+    from .paths import plan_names
+
+    for name in plan_names(settings.plans_dir):
+        loaded = check(settings, name, registry, None, concrete=False)
+        report.issues.extend(i for i in loaded.report.issues if i.code == "ungrantable")
+    return report
 
 
 def plan_for_viewing(settings: Settings, name: str, given: ParamInput | None = None

@@ -206,6 +206,8 @@ def execute(
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json)
     if isinstance(result, api.DryRun):
+        for issue in api.grant_warnings(result.plan):
+            ui.err(ui.issue_line(issue))
         if as_json:
             ui.print_json({"plan": result.plan.name, "order": result.order,
                            "approvals": [r.step_id for r in result.approvals]})
@@ -462,7 +464,11 @@ def show(
     given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
     checked = _guard(lambda: api.plan_for_viewing(settings, plan, given), verbose, as_json)
     data = views.describe_plan(checked)
+    warnings = api.grant_warnings(checked)
+    for issue in warnings:
+        ui.err(ui.issue_line(issue))
     if as_json:
+        data["warnings"] = [i.to_json() for i in warnings]
         ui.print_json(data)
     else:
         ui.print_plan(data)

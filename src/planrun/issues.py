@@ -39,6 +39,8 @@ ISSUE_CODES: dict[str, str] = {
     "or `{item}` outside `for_each`",
     "refused": "the policy refuses this tool outright",
     "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
+    "ungrantable": "(warning) a grant names the step's tool, but no grant can ever clear the "
+    "step: its arguments are only known at run time",
 }
 
 Severity = Literal["error", "warning"]

@@ -66,7 +66,11 @@ def print_error(exc: PlanrunError, verbose: bool = False) -> None:
     if exc.hint:
         err(f"  {exc.hint}")
     if verbose and exc.details:
-        err(f"  details: {exc.details!r}")
+        if isinstance(exc.details, list) and all(isinstance(d, str) for d in exc.details):
+            for line in exc.details:
+                err(f"  {line}")
+        else:
+            err(f"  details: {exc.details!r}")
 
 
 # --- validation reports -----------------------------------------------------------------
