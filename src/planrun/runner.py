@@ -185,14 +185,14 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
         _deny(journal, run_id, on_deny, "approval_required")
         cleared = {d.step_id for d in exc.details or []}
         left = [r.step_id for r in requests if r.step_id not in cleared]
-        why = [f"{sid}: {escalated[sid]}" for sid in left if sid in escalated]
-        if not why:
+        reasons = [f"{sid}: {escalated[sid]}" for sid in left if sid in escalated]
+        if not reasons:
             raise
         # Say why the grants there are did not apply (also in `planrun log`), instead of
         # suggesting a grant as if none existed (issue 10, bug 2); -v: what was compared.
         flags = " ".join(f"--approve {sid}" for sid in left)
         raise ApprovalError(
-            f"{exc.message}; no grant cleared them — " + "; ".join(why),
+            f"{exc.message}; no grant cleared them — " + "; ".join(reasons),
             code="approval_required",
             hint=f"Clear them with {flags}, or --approve-all, or run on a terminal to be "
             "asked; for unattended runs, change the grant or the step so that the grant "
