@@ -140,3 +140,308 @@ def test_approval_required_without_grants_still_suggests_one(tmp_path: Path) -> 
                "-p", "dest=b")
     assert proc.returncode == 4
     assert "give a policy grant that covers them" in proc.stderr
+
+
+# --- a small project of our own --------------------------------------------------------------
+
+OPS_TOOLS = """\
+tools:
+  say:
+    python: opstools:say
+    arguments: {type: object, properties: {text: {type: string}}, required: [text],
+                additionalProperties: false}
+    idempotent: true
+  wait_for:
+    python: opstools:wait_for
+    arguments: {type: object, properties: {path: {type: string}}, required: [path],
+                additionalProperties: false}
+    idempotent: true
+  wipe:
+    python: opstools:say
+    irreversible: true
+    arguments: {type: object, properties: {text: {type: string}}, required: [text],
+                additionalProperties: false}
+"""
+
+OPS_MODULE = '''\
+import os
+import time
+
+
+def say(text):
+    return {"said": text}
+
+
+def wait_for(path):
+    # Signals that it started, then waits until the test creates `path`.
+    open(path + ".started", "w").close()
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    return "done"
+'''
+
+HELLO = """\
+planrun: 1
+goal: Say hello and wipe
+params:
+  who: {type: string, default: world}
+steps:
+  - id: hello
+    tool: say
+    arguments: {text: "hello {params.who}"}
+  - id: publish
+    tool: wipe
+    depends_on: [hello]
+    arguments: {text: "{steps.hello.output.said}"}
+"""
+
+WAIT = """\
+planrun: 1
+goal: Wait for a file
+params:
+  path: {type: string}
+steps:
+  - id: first
+    tool: say
+    arguments: {text: one}
+  - id: wait
+    tool: wait_for
+    depends_on: [first]
+    arguments: {path: "{params.path}"}
+"""
+
+
+def ops_project(folder: Path) -> Path:
+    """A project with tools say / wait_for / wipe and plans hello and wait."""
+    (folder / "plans").mkdir(parents=True)
+    (folder / "tools.yaml").write_text(OPS_TOOLS, encoding="utf-8")
+    (folder / "opstools.py").write_text(OPS_MODULE, encoding="utf-8")
+    (folder / "plans" / "hello.yaml").write_text(HELLO, encoding="utf-8")
+    (folder / "plans" / "wait.yaml").write_text(WAIT, encoding="utf-8")
+    (folder / "planrun.toml").write_text("", encoding="utf-8")
+    return folder
+
+
+def start_waiting_run(project: Path, gate: Path) -> subprocess.Popen[str]:
+    """``planrun execute wait`` in the background, returned once its tool is running."""
+    proc = subprocess.Popen([sys.executable, "-m", "planrun", "execute", "wait", "-p",
+                             f"path={gate}", "--json"], cwd=project, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = Path(str(gate) + ".started")
+    for _ in range(1200):
+        if started.exists() or proc.poll() is not None:
+            break
+        import time
+        time.sleep(0.05)
+    assert started.exists(), proc.communicate()
+    return proc
+
+
+# --- status / log / output default to the latest run, and `last` -----------------------------
+
+
+def test_status_log_output_default_to_the_latest_run(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    first = json.loads(run(app, "execute", "hello", "-p", "who=a", "--approve", "publish",
+                           "--json").stdout)["run_id"]
+    second = json.loads(run(app, "execute", "hello", "-p", "who=b", "--approve", "publish",
+                            "--json").stdout)["run_id"]
+    assert first != second
+    for args in ([], ["last"]):
+        status = run(app, "status", *args, "--json")
+        assert status.returncode == 0, status
+        assert json.loads(status.stdout)["run_id"] == second
+        log = run(app, "log", *args, "--json")
+        assert log.returncode == 0, log
+        assert json.loads(log.stdout)[-1]["kind"] == "run_finished"
+    for args in (["hello"], ["last", "hello"], [second[:6], "hello"]):
+        out = run(app, "output", *args)
+        assert out.returncode == 0, out
+        assert json.loads(out.stdout) == {"said": "hello b"}
+    assert json.loads(run(app, "output", first, "hello").stdout) == {"said": "hello a"}
+    # Another project sharing the journal has no run yet: `last` says so, exit 5.
+    other = ops_project(tmp_path / "other")
+    none = run(other, "status")
+    assert none.returncode == 5
+    assert "error[unknown_run]" in none.stderr
+    assert "runs --all" in none.stderr
+
+
+# --- planrun plans -----------------------------------------------------------------------------
+
+
+def test_plans_lists_name_revision_goal_steps_and_approvals(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    (app / "plans" / "broken.yaml").write_text("planrun: 1\ngoal: x\nsteps: []\n",
+                                               encoding="utf-8")
+    res = run(app, "plans")
+    assert res.returncode == 0, res
+    assert "hello  r1  2 step(s)  needs approval: publish" in res.stdout
+    assert "Say hello and wipe" in res.stdout
+    assert "broken" in res.stdout
+    assert "refused" in res.stdout
+    rows = {r["name"]: r for r in json.loads(run(app, "plans", "--json").stdout)}
+    assert rows["hello"]["needs_approval"] == ["publish"]
+    assert rows["wait"] == {"name": "wait", "file": "plans/wait.yaml", "revision": 1,
+                            "goal": "Wait for a file", "steps": 2, "needs_approval": [],
+                            "ok": True, "issues": 0}
+    assert rows["broken"]["ok"] is False
+
+
+# --- runs: the project, this project's runs by default, --all -----------------------------------
+
+
+def test_runs_show_the_project_and_filter_to_this_one(tmp_path: Path) -> None:
+    one = ops_project(tmp_path / "one")
+    two = ops_project(tmp_path / "two")
+    a = json.loads(run(one, "execute", "wait", "-p", "path=/", "--json").stdout)["run_id"]
+    b = json.loads(run(two, "execute", "wait", "-p", "path=/", "--json").stdout)["run_id"]
+    here = run(one, "runs")
+    assert a in here.stdout
+    assert b not in here.stdout
+    assert str(one.resolve()) in here.stdout
+    every = run(one, "runs", "--all", "--json")
+    projects = {r["run_id"]: r["project"] for r in json.loads(every.stdout)}
+    assert projects == {a: str(one.resolve()), b: str(two.resolve())}
+    text = run(two, "runs", "--all").stdout
+    assert str(one.resolve()) in text
+    assert str(two.resolve()) in text
+    # -C names the project from anywhere.
+    assert b in run(tmp_path, "-C", str(two), "runs").stdout
+
+
+# --- journal upkeep: prune and forget ------------------------------------------------------------
+
+
+def _journal_counts(journal: Path, run_id: str) -> dict[str, int]:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(journal)) as conn:
+        return {table: conn.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?",
+                                    (run_id,)).fetchone()[0]
+                for table in ("runs", "steps", "events", "approvals", "idempotency_keys")}
+
+
+def test_forget_deletes_a_run_and_its_keys(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    journal = Path(os.environ["PLANRUN_JOURNAL"])
+    run_id = json.loads(run(app, "execute", "hello", "--approve", "publish",
+                            "--json").stdout)["run_id"]
+    kept = json.loads(run(app, "execute", "hello", "--approve", "publish",
+                          "--json").stdout)["run_id"]
+    before = _journal_counts(journal, run_id)
+    assert before["idempotency_keys"] > 0
+    assert before["approvals"] > 0
+    res = run(app, "forget", run_id[:8])
+    assert res.returncode == 0, res
+    assert f"deleted run {run_id}" in res.stdout
+    assert set(_journal_counts(journal, run_id).values()) == {0}
+    assert _journal_counts(journal, kept)["runs"] == 1
+    gone = run(app, "status", run_id)
+    assert gone.returncode == 5
+    assert "unknown_run" in gone.stderr
+    assert run(app, "forget", run_id).returncode == 5
+
+
+def test_prune_deletes_old_runs_by_age_status_and_plan(tmp_path: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    app = ops_project(tmp_path / "app")
+    other = ops_project(tmp_path / "other")
+    journal = Path(os.environ["PLANRUN_JOURNAL"])
+    old_done = json.loads(run(app, "execute", "wait", "-p", "path=/", "--json").stdout)
+    old_denied = run(app, "execute", "hello", "--json")  # exit 4: denied (no terminal)
+    assert old_denied.returncode == 4
+    old_other = json.loads(run(other, "execute", "wait", "-p", "path=/", "--json").stdout)
+    new = json.loads(run(app, "execute", "wait", "-p", "path=/", "--json").stdout)
+    with closing(sqlite3.connect(journal)) as conn, conn:
+        conn.execute("UPDATE runs SET created_at = '2020-01-01T00:00:00.000+00:00' "
+                     "WHERE run_id != ?", (new["run_id"],))
+    assert run(app, "prune", "--older-than", "thirty").returncode == 2
+    dry = run(app, "prune", "--older-than", "30d", "--dry-run", "--json")
+    assert dry.returncode == 0, dry
+    assert len(json.loads(dry.stdout)["deleted"]) == 2  # this project's two old runs
+    only_failed = run(app, "prune", "--older-than", "30d", "--status", "denied", "--json")
+    assert len(json.loads(only_failed.stdout)["deleted"]) == 1
+    res = run(app, "prune", "--older-than", "30d", "--plan", "wait")
+    assert res.returncode == 0, res
+    assert old_done["run_id"] in res.stdout
+    assert "1 run(s) deleted" in res.stdout
+    listed = [r["run_id"] for r in json.loads(run(app, "runs", "--all", "--json").stdout)]
+    assert listed == [new["run_id"], old_other["run_id"]]
+    res = run(app, "prune", "--older-than", "30d", "--all")
+    assert old_other["run_id"] in res.stdout
+    assert [r["run_id"] for r in json.loads(run(app, "runs", "--all", "--json").stdout)] == [
+        new["run_id"]]
+
+
+def test_forget_and_prune_refuse_a_run_a_live_process_drives(tmp_path: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    try:
+        run_id = json.loads(run(app, "runs", "--json").stdout)[0]["run_id"]
+        res = run(app, "forget", run_id)
+        assert res.returncode == 5, res
+        assert "error[run_busy]" in res.stderr
+        journal = Path(os.environ["PLANRUN_JOURNAL"])
+        with closing(sqlite3.connect(journal)) as conn, conn:
+            conn.execute("UPDATE runs SET created_at = '2020-01-01T00:00:00.000+00:00'")
+        res = run(app, "prune", "--older-than", "1d")
+        assert res.returncode == 5, res
+        assert "error[run_busy]" in res.stderr
+        assert _journal_counts(journal, run_id)["runs"] == 1
+    finally:
+        gate.touch()
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert run(app, "forget", run_id).returncode == 0
+
+
+# --- log --follow ----------------------------------------------------------------------------------
+
+
+def test_log_follow_prints_events_until_the_run_ends(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    try:
+        follower = subprocess.Popen([sys.executable, "-m", "planrun", "log", "--follow",
+                                     "--json"], cwd=app, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        assert follower.stdout is not None
+        seen = []
+        for line in follower.stdout:
+            seen.append(json.loads(line)["kind"])
+            if seen[-1] == "step_started" and len(seen) > 2:
+                break
+        assert follower.poll() is None  # still following: the run goes on
+        gate.touch()
+        rest, _ = follower.communicate(timeout=60)
+    finally:
+        gate.touch()
+        proc.communicate(timeout=60)
+    kinds = seen + [json.loads(line)["kind"] for line in rest.splitlines()]
+    assert kinds[0] == "planned"
+    assert kinds[-1] == "run_finished"
+    assert follower.returncode == 0
+    # A finished run: --follow prints it all and ends at once.
+    text = run(app, "log", "last", "--follow")
+    assert text.returncode == 0
+    assert "run_finished" in text.stdout.splitlines()[-1]
+
+
+# --- bug 3: the journaled plan path means the same from anywhere -----------------------------------
+
+
+def test_plan_path_is_journaled_relative_to_the_project(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    res = run(Path("/"), "-C", str(app), "execute", "wait", "-p", "path=/", "--json")
+    assert res.returncode == 0, res
+    manifest = json.loads(res.stdout)
+    assert manifest["plan"]["file"] == "plans/wait.yaml"

@@ -338,7 +338,8 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         created = now()
         journal.create_run(run={
             "run_id": run_id, "root_run_id": run_id, "parent_run_id": None,
-            "plan_name": plan.name, "plan_file": plan.file, "plan_json": dumps(plan.document),
+            "plan_name": plan.name, "plan_file": journaled_path(loaded.path, settings),
+            "project": project_key(settings), "plan_json": dumps(plan.document),
             "digest": plan.digest, "revision": plan.revision, "goal": plan.goal,
             "params_json": dumps(runner.masked_params(plan)),
             "contracts_json": dumps(runner.contracts(plan)),
@@ -357,6 +358,32 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                             owner=owner, max_parallel=parallel, keep_going=keep_going,
                             progress=progress, fresh=True)
+
+
+def project_key(settings: Settings) -> str:
+    """The project folder as journaled with each run: absolute, symlinks resolved."""
+    try:
+        return str(settings.project.resolve())
+    except OSError:
+        return str(settings.project)
+
+
+def journaled_path(path: Path | None, settings: Settings) -> str | None:
+    """A plan file's path as journaled: relative to the project folder when inside it.
+
+    With the run's ``project`` column it means the same from any current folder (issue
+    10, bug 3); a file outside the project is journaled absolute.
+    """
+    if path is None:
+        return None
+    try:
+        full = path.resolve()
+    except OSError:
+        full = path.absolute()
+    try:
+        return str(full.relative_to(project_key(settings)))
+    except ValueError:
+        return str(full)
 
 
 def file_sha256(path: Path | None) -> str | None:
@@ -390,7 +417,8 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
     with Journal(settings.journal, write=True) as journal:
         journal.refuse_run(run={
             "run_id": run_id, "root_run_id": run_id, "plan_name": str(name),
-            "plan_file": loaded.report.file, "plan_json": dumps(data), "digest": dig,
+            "plan_file": journaled_path(loaded.path, settings),
+            "project": project_key(settings), "plan_json": dumps(data), "digest": dig,
             "revision": revision if isinstance(revision, int) and revision >= 1 else 1,
             "goal": data.get("goal") if isinstance(data, dict) and isinstance(
                 data.get("goal"), str) else None,
@@ -406,14 +434,16 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
 # --- reading ---------------------------------------------------------------------------
 
 
-def _reader(settings: Settings) -> Any:
+def _reader(settings: Settings, write: bool = False) -> Any:
     from .journal import Journal
 
-    return Journal(settings.journal, write=False)
+    journal = Journal(settings.journal, write=write)
+    journal.project = project_key(settings)  # what `last` means here
+    return journal
 
 
-def status(settings: Settings, run_ref: str) -> dict[str, Any]:
-    """The manifest of a run (id or unique prefix).
+def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
+    """The manifest of a run (id, unique prefix, or ``last``: this project's latest run).
 
     Raises:
         RunError: ``unknown_run`` (exit 5).
@@ -425,13 +455,18 @@ def status(settings: Settings, run_ref: str) -> dict[str, Any]:
 
 
 def runs(settings: Settings, *, plan: str | None = None, status: str | None = None,
-         limit: int | None = None) -> list[dict[str, Any]]:
-    """Run summaries, newest first."""
+         limit: int | None = None, all_projects: bool = False) -> list[dict[str, Any]]:
+    """Run summaries, newest first: this project's (``all_projects``: every project's).
+
+    Each has ``project``: the folder the run was started in (None for runs journaled
+    before planrun recorded it; those are listed with every project).
+    """
     with _reader(settings) as journal:
-        return list(journal.list_runs(plan=plan, status=status, limit=limit))
+        return list(journal.list_runs(plan=plan, status=status, limit=limit,
+                                      project=None if all_projects else journal.project))
 
 
-def log(settings: Settings, run_ref: str) -> tuple[str, list[dict[str, Any]]]:
+def log(settings: Settings, run_ref: str = "last") -> tuple[str, list[dict[str, Any]]]:
     """(run id, the run's events in order)."""
     with _reader(settings) as journal:
         run_id = journal.resolve_run_id(run_ref)
@@ -458,3 +493,128 @@ def output(settings: Settings, run_ref: str, step: str, item: int | None = None)
             raise RunError(f"step {step!r} of run {run_id} is {state}; it has no output",
                            code="no_output")
         return value
+
+
+def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
+           after: int = 0) -> Iterator[dict[str, Any]]:
+    """The run's events in order, then new ones as they are written, until the run ends.
+
+    Ends when the run's status is no longer ``running`` (its last events read), or when
+    nobody drives it any more (no lease, or the holder's lease expired). ``poll_s``: the
+    seconds between two reads of the journal.
+
+    Raises:
+        RunError: ``unknown_run`` (exit 5).
+    """
+    from .journal import Journal
+
+    last = after
+    while True:
+        with _reader(settings) as journal:
+            run_id = journal.resolve_run_id(run_ref)
+            run_ref = run_id
+            events = [e for e in journal.events(run_id) if e["id"] > last]
+            row = journal.run_row(run_id)
+        yield from events
+        if events:
+            last = events[-1]["id"]
+        driven = row["lease_owner"] is not None and (row["lease_expires"] or 0) > time.time()
+        if row["status"] != "running" or not driven:
+            with Journal(settings.journal, write=False) as journal:
+                tail = [e for e in journal.events(run_id) if e["id"] > last]
+            yield from tail
+            return
+        time.sleep(poll_s)
+
+
+def parse_age(text: str) -> float:
+    """Seconds of an age such as ``30d``, ``12h``, ``90m``, ``2w``, ``45s``.
+
+    Raises:
+        UsageError: not a positive whole number followed by s, m, h, d or w (exit 2).
+    """
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
+    if not m or int(m.group(1)) == 0:
+        raise UsageError(f"--older-than {text!r}: give a number and a unit, e.g. 30d, 12h, "
+                         "90m, 2w (s, m, h, d, w)")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[
+        m.group(2)]
+
+
+def prune(settings: Settings, *, older_than: str, status: str | None = None,
+          plan: str | None = None, all_projects: bool = False,
+          dry_run: bool = False) -> dict[str, Any]:
+    """Delete runs started more than ``older_than`` ago, then reclaim the space.
+
+    Only this project's runs unless ``all_projects``; ``status`` and ``plan`` narrow it.
+    Each run goes with its steps, items, approvals, events and idempotency keys (a later
+    run can no longer replay those calls).
+
+    Returns:
+        ``{"deleted": [run ids], "events": n, "keys": n}`` (``dry_run``: what would go).
+
+    Raises:
+        UsageError: a malformed ``older_than`` (exit 2).
+        RunError: ``run_busy`` when a selected run is driven by a live process (exit 5).
+    """
+    from datetime import UTC, datetime, timedelta
+
+    age = parse_age(older_than)
+    before = (datetime.now(UTC) - timedelta(seconds=age)).isoformat(timespec="milliseconds")
+    with _reader(settings, write=not dry_run) as journal:
+        if journal.conn is None:
+            return {"deleted": [], "events": 0, "keys": 0}
+        ids = journal.select_runs(before=before, status=status, plan=plan,
+                                  project=None if all_projects else journal.project)
+        if dry_run:
+            return {"deleted": ids, "events": 0, "keys": 0}
+        counts = journal.delete_runs(ids)
+    return {"deleted": ids, "events": counts["events"], "keys": counts["keys"]}
+
+
+def forget(settings: Settings, run_ref: str) -> dict[str, Any]:
+    """Delete one run and everything of its (idempotency keys too), then reclaim space.
+
+    Returns ``{"deleted": [run id], "events": n, "keys": n}``.
+
+    Raises:
+        RunError: ``unknown_run``; ``run_busy`` when a live process drives it (exit 5).
+    """
+    with _reader(settings, write=True) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        counts = journal.delete_runs([run_id])
+    return {"deleted": [run_id], "events": counts["events"], "keys": counts["keys"]}
+
+
+def plans(settings: Settings) -> list[dict[str, Any]]:
+    """The plans of the plans folder: name, revision, goal, steps, what needs approval.
+
+    Each: ``{"name", "file", "revision", "goal", "steps", "needs_approval": [step ids],
+    "ok", "issues"}`` (a plan that does not pass validation has ``ok`` false and its
+    issue count; its other fields are what could be read).
+
+    Raises:
+        Refused: the registry or configuration is invalid (exit 3).
+    """
+    from .paths import plan_names
+
+    registry = load_registry(settings)
+    out = []
+    for name in plan_names(settings.plans_dir):
+        loaded = check(settings, name, registry, None, concrete=False)
+        p = loaded.plan
+        doc = loaded.document if isinstance(loaded.document, dict) else {}
+        errors = [i for i in loaded.report.issues if i.severity == "error"]
+        steps = doc.get("steps")
+        out.append({
+            "name": p.name if p else name,
+            "file": loaded.report.file,
+            "revision": p.revision if p else doc.get("revision", 1),
+            "goal": p.goal if p else doc.get("goal"),
+            "steps": len(p.steps) if p else len(steps) if isinstance(steps, list) else 0,
+            "needs_approval": [s.id for s in p.steps if s.approval_reason] if p else [],
+            "ok": not errors, "issues": len(errors),
+        })
+    return out

@@ -45,16 +45,21 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour (also NO_COLOR).")]
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "-p", "--param", help="A parameter value, NAME=VALUE (parsed by its declared type); "
-    "repeatable.", metavar="NAME=VALUE")]
+    "repeatable.", metavar="NAME=VALUE",
+    autocompletion=lambda ctx, incomplete: _complete_param(ctx, incomplete))]
 ParamsFileOpt = Annotated[str | None, typer.Option(
     "--params-file", help="YAML or JSON file of parameter values.", metavar="FILE")]
 
 
 RunArg = Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).",
-                                       autocompletion=lambda incomplete: _complete_runs(
-                                           incomplete))]
+                                       autocompletion=lambda ctx, incomplete: _complete_runs(
+                                           ctx, incomplete))]
+LatestRunArg = Annotated[str, typer.Argument(
+    help="Run id, unique prefix (4+ characters) or `last` (default: this project's latest "
+    "run).", autocompletion=lambda ctx, incomplete: _complete_runs(ctx, incomplete))]
 ApproveOpt = Annotated[list[str] | None, typer.Option(
-    "--approve", help="Clear this step without asking; repeatable.", metavar="STEP")]
+    "--approve", help="Clear this step without asking; repeatable.", metavar="STEP",
+    autocompletion=lambda ctx, incomplete: _complete_approve(ctx, incomplete))]
 ApproveAllOpt = Annotated[bool, typer.Option(
     "--approve-all", help="Clear every step that needs approval.")]
 ApprovalTimeoutOpt = Annotated[float | None, typer.Option(
@@ -142,7 +147,7 @@ def _root(
 def validate(
     plans: Annotated[list[str] | None, typer.Argument(
         help="Plan names or files (default: every plan in the plans folder).",
-        autocompletion=lambda incomplete: _complete_plans(incomplete))] = None,
+        autocompletion=lambda ctx, incomplete: _complete_plans(ctx, incomplete))] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
     param: ParamOpt = None,
@@ -261,7 +266,7 @@ def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn
 def resume(
     run: Annotated[str | None, typer.Argument(
         help="Run id or prefix (default: the most recent interrupted or running run).",
-        autocompletion=lambda incomplete: _complete_runs(incomplete))] = None,
+        autocompletion=lambda ctx, incomplete: _complete_runs(ctx, incomplete))] = None,
     explain: Annotated[bool, typer.Option(
         "--explain", help="Print what resume would do per step, and why; change "
         "nothing.")] = False,
@@ -387,25 +392,132 @@ def unlock(
         ui.out(f"run {result['run_id']} had no lease")
 
 
-def _complete_plans(incomplete: str) -> list[str]:
-    """Plan names of the project found from the current folder (empty on any problem)."""
+def _complete_plans(ctx: Any, incomplete: str) -> list[str]:
+    """Plan names of the project (its -C DIR, else found from here); empty on any problem."""
     try:
-        from .paths import load_settings, plan_names
+        from .paths import plan_names
 
-        return [n for n in plan_names(load_settings().plans_dir) if n.startswith(incomplete)]
+        return [n for n in plan_names(_ctx_settings(ctx).plans_dir)
+                if n.startswith(incomplete)]
     except Exception:  # completion must never fail loudly
         return []
 
 
-def _complete_runs(incomplete: str) -> list[str]:
-    """Recent run ids from the journal (read-only; empty on any problem)."""
-    try:
-        from .journal import Journal
-        from .paths import load_settings
+def _ctx_settings(ctx: Any) -> Any:
+    """The settings a completed command line would use: its -C/--project and --journal.
 
-        with Journal(load_settings().journal, write=False) as journal:
-            return [r["run_id"] for r in journal.list_runs(limit=50)
-                    if r["run_id"].startswith(incomplete)]
+    Given before the command (the root's options) or after it; else the environment.
+    """
+    from .paths import load_settings
+
+    project = journal = None
+    c = ctx
+    while c is not None:
+        params = getattr(c, "params", None) or {}
+        project = project or params.get("project")
+        journal = journal or params.get("journal")
+        c = getattr(c, "parent", None)
+    return load_settings(project=project, journal=journal)
+
+
+def _complete_runs(ctx: Any, incomplete: str) -> list[str]:
+    """Recent run ids of the project from the journal (read-only; empty on any problem).
+
+    ``resume``: only runs it can continue (``interrupted`` or ``running``); ``retry``: only
+    failed ones.
+    """
+    try:
+        from .api import project_key
+        from .journal import Journal
+
+        settings = _ctx_settings(ctx)
+        wanted = {"resume": ("interrupted", "running"), "retry": ("failed",),
+                  "resolve": ("interrupted", "running", "failed")}.get(
+            getattr(getattr(ctx, "command", None), "name", ""))
+        with Journal(settings.journal, write=False) as journal:
+            rows = journal.list_runs(limit=200, project=project_key(settings))
+        return [r["run_id"] for r in rows if r["run_id"].startswith(incomplete)
+                and (wanted is None or r["status"] in wanted)][:50]
+    except Exception:  # completion must never fail loudly
+        return []
+
+
+def _plan_steps_and_params(ctx: Any) -> tuple[list[str], list[str], list[str]]:
+    """(step ids, steps needing approval, parameter names) for completion.
+
+    Of the plan on the command line (``execute PLAN``) or of the run (``resume RUN``,
+    ``retry RUN``, ``output RUN``).
+    """
+    import json
+
+    settings = _ctx_settings(ctx)
+    params = getattr(ctx, "params", None) or {}
+    data: Any = None
+    if params.get("plan"):
+        from .loading import load_file
+        from .paths import find_plan
+
+        data = load_file(find_plan(params["plan"], settings.plans_dir)).data
+    else:
+        from .journal import Journal
+
+        with Journal(settings.journal, write=False) as journal:
+            journal.project = _project_of(settings)
+            row = journal.run_row(journal.resolve_run_id(params.get("run") or "last"))
+            data = json.loads(row["plan_json"])
+    if not isinstance(data, dict):
+        return [], [], []
+    steps = [s for s in data.get("steps") or [] if isinstance(s, dict)]
+    ids = [str(s.get("id")) for s in steps if s.get("id") is not None]
+    needs: list[str] = []
+    try:
+        from .registry import load_registry
+
+        registry, _ = load_registry(settings.registry, settings.pools)
+        for s in steps:
+            tool = registry.tools.get(str(s.get("tool")))
+            if tool is not None and tool.entry.irreversible:
+                needs.append(str(s.get("id")))
+    except Exception:  # the registry is optional for completion
+        pass
+    declared = data.get("params")
+    names = list(declared) if isinstance(declared, dict) else []
+    return ids, needs, names
+
+
+def _project_of(settings: Any) -> str:
+    from .api import project_key
+
+    return project_key(settings)
+
+
+def _complete_approve(ctx: Any, incomplete: str) -> list[str]:
+    """Step ids for ``--approve``: those needing approval first, then the others."""
+    try:
+        ids, needs, _ = _plan_steps_and_params(ctx)
+        given = set((getattr(ctx, "params", None) or {}).get("approve") or [])
+        ordered = needs + [i for i in ids if i not in needs]
+        return [i for i in ordered if i.startswith(incomplete) and i not in given]
+    except Exception:  # completion must never fail loudly
+        return []
+
+
+def _complete_param(ctx: Any, incomplete: str) -> list[str]:
+    """``NAME=`` for ``-p``: the plan's declared parameters not given yet."""
+    try:
+        _, _, names = _plan_steps_and_params(ctx)
+        given = {p.partition("=")[0] for p in (getattr(ctx, "params", None) or {}).get(
+            "param") or []}
+        return [f"{n}=" for n in names if f"{n}=".startswith(incomplete) and n not in given]
+    except Exception:  # completion must never fail loudly
+        return []
+
+
+def _complete_run_steps(ctx: Any, incomplete: str) -> list[str]:
+    """Step ids of the run named on the command line (``output RUN <Tab>``)."""
+    try:
+        ids, _, _ = _plan_steps_and_params(ctx)
+        return [i for i in ids if i.startswith(incomplete)]
     except Exception:  # completion must never fail loudly
         return []
 
@@ -578,14 +690,14 @@ def policy_check(
 
 @app.command()
 def status(
-    run: RunArg,
+    run: LatestRunArg = "last",
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
     no_color: NoColorOpt = False,
 ) -> None:
-    """Show a run's manifest."""
+    """Show a run's manifest (default: this project's latest run)."""
     from . import api, ui
 
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
@@ -603,38 +715,57 @@ def runs(
                                                       "status.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many.",
                                               min=1)] = None,
+    all_projects: Annotated[bool, typer.Option(
+        "--all", help="Runs of every project sharing this journal (default: this "
+        "project's).")] = False,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """List runs, newest first."""
+    """List this project's runs, newest first (--all: every project's)."""
     from . import api, ui
 
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
     rows = _guard(lambda: api.runs(settings, plan=plan,
-                                   status=status_.value if status_ else None, limit=limit),
+                                   status=status_.value if status_ else None, limit=limit,
+                                   all_projects=all_projects),
                   verbose, as_json)
     if as_json:
         ui.print_json(rows)
     else:
-        ui.print_runs(rows)
+        ui.print_runs(rows, here=api.project_key(settings) if not all_projects else None)
 
 
 @app.command()
 def log(
-    run: RunArg,
+    run: LatestRunArg = "last",
     tracebacks: Annotated[bool, typer.Option("--tracebacks", help="Show tools' "
                                              "tracebacks.")] = False,
+    follow: Annotated[bool, typer.Option(
+        "-f", "--follow", help="Keep printing new events until the run ends (--json: one "
+        "JSON object per line).")] = False,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Show a run's events in order."""
+    """Show a run's events in order (default: this project's latest run)."""
     from . import api, ui
 
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    if follow:
+        events_iter = api.follow(settings, run)
+        while True:
+            event = _guard(lambda: next(events_iter, None), verbose, as_json)
+            if event is None:
+                raise typer.Exit(0)
+            if as_json:
+                if not tracebacks and isinstance(event["data"], dict):
+                    event["data"].pop("traceback", None)
+                ui.print_json_line(event)
+            else:
+                ui.print_events([event], tracebacks)
     _run_id, events = _guard(lambda: api.log(settings, run), verbose, as_json)
     if as_json:
         if not tracebacks:
@@ -648,20 +779,98 @@ def log(
 
 @app.command()
 def output(
-    run: RunArg,
-    step: Annotated[str, typer.Argument(help="Step id.")],
+    run: LatestRunArg,
+    step: Annotated[str | None, typer.Argument(
+        help="Step id (given alone, the step of this project's latest run).",
+        autocompletion=lambda ctx, incomplete: _complete_run_steps(ctx, incomplete))] = None,
     item: Annotated[int | None, typer.Option("--item", help="A fan-out item's index.",
                                              min=0)] = None,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Print one step's output as JSON on stdout."""
+    """Print one step's output as JSON on stdout: output [RUN] STEP (RUN: default last)."""
     from . import api, ui
 
+    if step is None:
+        run, step = "last", run
     settings = _guard(lambda: _settings(project, journal), verbose)
     value = _guard(lambda: api.output(settings, run, step, item), verbose)
     ui.print_json(value)
+
+
+@app.command()
+def plans(
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List the plans: name, revision, goal, steps, which need approval."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    rows = _guard(lambda: api.plans(settings), verbose, as_json)
+    if as_json:
+        ui.print_json(rows)
+    else:
+        ui.print_plans(rows)
+
+
+@app.command("prune")
+def prune_runs(
+    older_than: Annotated[str, typer.Option(
+        "--older-than", help="Runs started longer ago than this: 30d, 12h, 90m, 2w.",
+        metavar="AGE")],
+    status_: Annotated[RunStatus | None, typer.Option(
+        "--status", help="Only runs in this status.")] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help="Only runs of this plan.")
+                    ] = None,
+    all_projects: Annotated[bool, typer.Option(
+        "--all", help="Runs of every project sharing this journal (default: this "
+        "project's).")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="List what would be deleted; delete nothing.")] = False,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Delete old runs with everything of theirs (idempotency keys too); reclaim space."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    result = _guard(lambda: api.prune(settings, older_than=older_than,
+                                      status=status_.value if status_ else None, plan=plan,
+                                      all_projects=all_projects, dry_run=dry_run),
+                    verbose, as_json)
+    if as_json:
+        ui.print_json(result)
+        return
+    for run_id in result["deleted"]:
+        ui.out(("would delete " if dry_run else "deleted ") + run_id)
+    ui.out(f"{len(result['deleted'])} run(s) {'would be ' if dry_run else ''}deleted"
+           + ("" if dry_run else f", {result['keys']} idempotency key(s) with them"))
+
+
+@app.command()
+def forget(
+    run: RunArg,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Delete one run with everything of its (idempotency keys too); reclaim space."""
+    from . import api, ui
+
+    settings = _guard(lambda: _settings(project, journal), verbose, as_json)
+    result = _guard(lambda: api.forget(settings, run), verbose, as_json)
+    if as_json:
+        ui.print_json(result)
+    else:
+        ui.out(f"deleted run {result['deleted'][0]} ({result['events']} event(s), "
+               f"{result['keys']} idempotency key(s))")
 
 
 def main() -> None:

@@ -92,7 +92,9 @@ def changed_plan_note(settings: Settings, row: dict[str, Any]) -> str | None:
     then = json.loads(row.get("options_json") or "{}").get("file_sha256")
     if not shown or not then:
         return None
-    for base in (Path.cwd(), settings.project):
+    # The run's own project folder first (journaled since schema 2); older runs: here.
+    bases = [Path(row["project"])] if row.get("project") else []
+    for base in (*bases, Path.cwd(), settings.project):
         path = base / shown
         if path.is_file():
             if file_sha256(path) != then:
@@ -435,7 +437,7 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     journal.create_run(run={
         "run_id": child, "root_run_id": row["root_run_id"], "parent_run_id": parent_id,
         "plan_name": row["plan_name"], "plan_file": row["plan_file"],
-        "plan_json": row["plan_json"], "digest": row["digest"],
+        "project": row.get("project"), "plan_json": row["plan_json"], "digest": row["digest"],
         "revision": row["revision"], "goal": row["goal"],
         "params_json": dumps(runner.masked_params(plan)),
         "contracts_json": dumps(runner.contracts(plan)),

@@ -219,15 +219,42 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         out(f"next: {m['next']}")
 
 
-def print_runs(rows: Sequence[dict[str, Any]]) -> None:
-    """Run summaries, one line each (newest first)."""
+def print_json_line(value: Any) -> None:
+    """One JSON object on one line of stdout, flushed (a stream: ``log --follow --json``)."""
+    sys.stdout.write(json.dumps(redact.value(value), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None) -> None:
+    """Run summaries, one line each (newest first), each with its project folder.
+
+    ``here``: the project the list was filtered to (said once, in a heading), or None
+    when every project's runs are listed.
+    """
     if not rows:
-        out("no runs")
+        out("no runs" + (f" in {here} (planrun runs --all: every project's)" if here else ""))
         return
+    if here:
+        out(f"runs of {here} (--all: every project's)")
     for r in rows:
         c = r["counts"]
+        where = f"  {r.get('project') or '?'}" if not here else ""
         out(f"{r['run_id']}  {r['started_at']}  {r['status']:<11}  {r['plan']} "
-            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded")
+            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded{where}")
+
+
+def print_plans(rows: Sequence[dict[str, Any]]) -> None:
+    """``planrun plans``: one line per plan, then its goal indented."""
+    if not rows:
+        out("no plans")
+        return
+    for r in rows:
+        state = "" if r["ok"] else f"  [refused: {r['issues']} error(s), see planrun validate]"
+        needs = (f"  needs approval: {', '.join(r['needs_approval'])}"
+                 if r["needs_approval"] else "")
+        out(f"{r['name']}  r{r['revision']}  {r['steps']} step(s){needs}{state}")
+        if r["goal"]:
+            out(f"    {' '.join(str(r['goal']).split())}")
 
 
 def print_events(events: Sequence[dict[str, Any]], tracebacks: bool = False) -> None:

@@ -98,6 +98,11 @@ MIGRATIONS: list[list[str]] = [
             finished_at TEXT
         ) WITHOUT ROWID""",
     ],
+    # 1 -> 2: the project folder of each run (runs of many projects share one journal)
+    [
+        "ALTER TABLE runs ADD COLUMN project TEXT",
+        "CREATE INDEX runs_project ON runs (project, created_at)",
+    ],
 ]
 
 #: The schema version this code writes and reads.
