@@ -445,3 +445,65 @@ def test_plan_path_is_journaled_relative_to_the_project(tmp_path: Path) -> None:
     assert res.returncode == 0, res
     manifest = json.loads(res.stdout)
     assert manifest["plan"]["file"] == "plans/wait.yaml"
+
+
+# --- completion: -C DIR, --approve STEP, -p NAME=, resumable runs (bug 11) -------------------------
+
+
+def _complete(cwd: Path, tmp_path: Path, *lines: str) -> list[list[str]]:
+    """Run bash completion for each ``COMP_WORDS`` line; the candidates of each."""
+    if not shutil.which("bash"):
+        pytest.skip("no bash")
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "planrun").write_text(f"#!/bin/sh\nexec {sys.executable} -m planrun \"$@\"\n")
+    (shim / "planrun").chmod(0o755)
+    script = (ROOT / "completions" / "planrun.bash").read_text()
+    probe = script + "\n" + "\n".join(
+        f"COMP_WORDS=({words}); COMP_CWORD={len(words.split()) - (0 if words.endswith(' ') else 1)}"
+        f"; _planrun_completion planrun; echo \"got:${{COMPREPLY[*]}}\""
+        for words in lines)
+    env = dict(os.environ, PATH=f"{shim}:{os.environ['PATH']}")
+    out = subprocess.run(["bash", "-c", probe], cwd=cwd, env=env, text=True,
+                         capture_output=True, timeout=120, check=False)
+    got = [line[4:].split() for line in out.stdout.splitlines() if line.startswith("got:")]
+    assert len(got) == len(lines), out
+    return got
+
+
+def test_completion_follows_the_command_line(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "plans").mkdir(parents=True)
+    (elsewhere / "tools.yaml").write_text("tools: {}\n")
+    (elsewhere / "plans" / "local.yaml").write_text("planrun: 1\ngoal: x\nsteps: []\n")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    try:
+        os.kill(proc.pid, 9)
+        proc.communicate(timeout=30)
+    finally:
+        gate.touch()
+    done = json.loads(run(app, "execute", "wait", "-p", "path=/", "--json").stdout)["run_id"]
+    interrupted = [r["run_id"] for r in json.loads(run(app, "runs", "--json").stdout)
+                   if r["status"] == "running"]
+    assert len(interrupted) == 1
+    got = _complete(
+        elsewhere, tmp_path,
+        f"planrun -C {app} execute ''",
+        f"planrun execute -C {app} ''",
+        "planrun execute ''",
+        f"planrun -C {app} execute hello --approve ''",
+        f"planrun -C {app} execute hello --approve p",
+        f"planrun -C {app} execute hello -p ''",
+        f"planrun -C {app} resume ''",
+        f"planrun -C {app} status ''",
+    )
+    assert got[0] == ["hello", "wait"]
+    assert got[1] == ["hello", "wait"]
+    assert got[2] == ["local"]
+    assert got[3] == ["publish", "hello"]
+    assert got[4] == ["publish"]
+    assert got[5] == ["who="]
+    assert got[6] == interrupted
+    assert set(got[7]) == {done, *interrupted}

@@ -46,20 +46,23 @@ NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour (also NO
 ParamOpt = Annotated[list[str] | None, typer.Option(
     "-p", "--param", help="A parameter value, NAME=VALUE (parsed by its declared type); "
     "repeatable.", metavar="NAME=VALUE",
-    autocompletion=lambda ctx, incomplete: _complete_param(ctx, incomplete))]
+    autocompletion=lambda ctx, args, incomplete: _complete_param(ctx, args,
+                                                                incomplete))]
 ParamsFileOpt = Annotated[str | None, typer.Option(
     "--params-file", help="YAML or JSON file of parameter values.", metavar="FILE")]
 
 
-RunArg = Annotated[str, typer.Argument(help="Run id or unique prefix (4+ characters).",
-                                       autocompletion=lambda ctx, incomplete: _complete_runs(
-                                           ctx, incomplete))]
+RunArg = Annotated[str, typer.Argument(
+    help="Run id or unique prefix (4+ characters).",
+    autocompletion=lambda ctx, args, incomplete: _complete_runs(ctx, args, incomplete))]
 LatestRunArg = Annotated[str, typer.Argument(
     help="Run id, unique prefix (4+ characters) or `last` (default: this project's latest "
-    "run).", autocompletion=lambda ctx, incomplete: _complete_runs(ctx, incomplete))]
+    "run).",
+    autocompletion=lambda ctx, args, incomplete: _complete_runs(ctx, args, incomplete))]
 ApproveOpt = Annotated[list[str] | None, typer.Option(
     "--approve", help="Clear this step without asking; repeatable.", metavar="STEP",
-    autocompletion=lambda ctx, incomplete: _complete_approve(ctx, incomplete))]
+    autocompletion=lambda ctx, args, incomplete: _complete_approve(ctx, args,
+                                                                  incomplete))]
 ApproveAllOpt = Annotated[bool, typer.Option(
     "--approve-all", help="Clear every step that needs approval.")]
 ApprovalTimeoutOpt = Annotated[float | None, typer.Option(
@@ -147,7 +150,8 @@ def _root(
 def validate(
     plans: Annotated[list[str] | None, typer.Argument(
         help="Plan names or files (default: every plan in the plans folder).",
-        autocompletion=lambda ctx, incomplete: _complete_plans(ctx, incomplete))] = None,
+        autocompletion=lambda ctx, args, incomplete: _complete_plans(
+            ctx, args, incomplete))] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.text,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
     param: ParamOpt = None,
@@ -266,7 +270,8 @@ def _finish(manifest: dict[str, Any], as_json: bool, no_color: bool) -> NoReturn
 def resume(
     run: Annotated[str | None, typer.Argument(
         help="Run id or prefix (default: the most recent interrupted or running run).",
-        autocompletion=lambda ctx, incomplete: _complete_runs(ctx, incomplete))] = None,
+        autocompletion=lambda ctx, args, incomplete: _complete_runs(
+            ctx, args, incomplete))] = None,
     explain: Annotated[bool, typer.Option(
         "--explain", help="Print what resume would do per step, and why; change "
         "nothing.")] = False,
@@ -392,35 +397,95 @@ def unlock(
         ui.out(f"run {result['run_id']} had no lease")
 
 
-def _complete_plans(ctx: Any, incomplete: str) -> list[str]:
+def _complete_plans(ctx: Any, args: list[str], incomplete: str) -> list[str]:
     """Plan names of the project (its -C DIR, else found from here); empty on any problem."""
     try:
         from .paths import plan_names
 
-        return [n for n in plan_names(_ctx_settings(ctx).plans_dir)
+        return [n for n in plan_names(_ctx_settings(args).plans_dir)
                 if n.startswith(incomplete)]
     except Exception:  # completion must never fail loudly
         return []
 
 
-def _ctx_settings(ctx: Any) -> Any:
+#: Options that take a value (to find the positional words of a command line).
+_VALUED = {"-C", "--project", "--journal", "-p", "--param", "--params-file", "--approve",
+           "--approval-timeout", "--max-parallel", "--format", "--output", "--reason",
+           "--item", "--plan", "--status", "--limit", "--older-than", "--from"}
+
+
+def _completion_words() -> list[str]:
+    """The words of the command line being completed, before the one under the cursor.
+
+    Typer hands completion callbacks no words, so they are read as its shell classes read
+    them: ``COMP_WORDS``/``COMP_CWORD`` (bash) or ``_TYPER_COMPLETE_ARGS`` (zsh, fish).
+    """
+    import shlex
+
+    def split(text: str) -> list[str]:
+        lexer = shlex.shlex(text, posix=True)
+        lexer.whitespace_split = True
+        lexer.commenters = ""
+        out: list[str] = []
+        try:
+            for token in lexer:
+                out.append(token)
+        except ValueError:  # an unclosed quote: what was read so far
+            out.append(lexer.token)
+        return out
+
+    if "COMP_WORDS" in os.environ:
+        words = split(os.environ["COMP_WORDS"])
+        try:
+            return words[1:int(os.environ.get("COMP_CWORD", len(words)))]
+        except ValueError:
+            return words[1:]
+    text = os.environ.get("_TYPER_COMPLETE_ARGS", "")
+    words = split(text)[1:]
+    return words if text.endswith(" ") else words[:-1]
+
+
+def _words(args: list[str] | None) -> tuple[dict[str, list[str]], list[str]]:
+    """(option → values, positional words after the command) of a partial command line.
+
+    Completion parses on its own: a trailing option still missing its value makes the
+    parser drop every parameter it had read.
+    """
+    options: dict[str, list[str]] = {}
+    positional: list[str] = []
+    words = list(args or []) or _completion_words()
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("-") and "=" in w and w.startswith("--"):
+            name, _, value = w.partition("=")
+            options.setdefault(name, []).append(value)
+        elif w in _VALUED:
+            if i + 1 < len(words):
+                options.setdefault(w, []).append(words[i + 1])
+            i += 1
+        elif not w.startswith("-"):
+            positional.append(w)
+        i += 1
+    return options, positional[1:]  # the first positional word is the command
+
+
+def _ctx_settings(args: list[str] | None) -> Any:
     """The settings a completed command line would use: its -C/--project and --journal.
 
-    Given before the command (the root's options) or after it; else the environment.
+    Given before the command or after it; else the environment and planrun.toml.
     """
     from .paths import load_settings
 
-    project = journal = None
-    c = ctx
-    while c is not None:
-        params = getattr(c, "params", None) or {}
-        project = project or params.get("project")
-        journal = journal or params.get("journal")
-        c = getattr(c, "parent", None)
+    options, _ = _words(args)
+    projects = options.get("-C", []) + options.get("--project", [])
+    journals = options.get("--journal", [])
+    project = projects[-1] if projects else None
+    journal = journals[-1] if journals else None
     return load_settings(project=project, journal=journal)
 
 
-def _complete_runs(ctx: Any, incomplete: str) -> list[str]:
+def _complete_runs(ctx: Any, args: list[str], incomplete: str) -> list[str]:
     """Recent run ids of the project from the journal (read-only; empty on any problem).
 
     ``resume``: only runs it can continue (``interrupted`` or ``running``); ``retry``: only
@@ -430,7 +495,7 @@ def _complete_runs(ctx: Any, incomplete: str) -> list[str]:
         from .api import project_key
         from .journal import Journal
 
-        settings = _ctx_settings(ctx)
+        settings = _ctx_settings(args)
         wanted = {"resume": ("interrupted", "running"), "retry": ("failed",),
                   "resolve": ("interrupted", "running", "failed")}.get(
             getattr(getattr(ctx, "command", None), "name", ""))
@@ -442,28 +507,34 @@ def _complete_runs(ctx: Any, incomplete: str) -> list[str]:
         return []
 
 
-def _plan_steps_and_params(ctx: Any) -> tuple[list[str], list[str], list[str]]:
+def _plan_steps_and_params(ctx: Any, args: list[str]
+                           ) -> tuple[list[str], list[str], list[str]]:
     """(step ids, steps needing approval, parameter names) for completion.
 
     Of the plan on the command line (``execute PLAN``) or of the run (``resume RUN``,
-    ``retry RUN``, ``output RUN``).
+    ``retry RUN``, ``output RUN``; default the latest).
     """
     import json
 
-    settings = _ctx_settings(ctx)
-    params = getattr(ctx, "params", None) or {}
+    settings = _ctx_settings(args)
+    command = getattr(getattr(ctx, "command", None), "name", "")
+    _, positional = _words(args)
     data: Any = None
-    if params.get("plan"):
+    if command in ("execute", "show", "validate", "graph"):
+        if not positional:
+            return [], [], []
         from .loading import load_file
         from .paths import find_plan
 
-        data = load_file(find_plan(params["plan"], settings.plans_dir)).data
+        data = load_file(find_plan(positional[0], settings.plans_dir)).data
     else:
         from .journal import Journal
 
         with Journal(settings.journal, write=False) as journal:
             journal.project = _project_of(settings)
-            row = journal.run_row(journal.resolve_run_id(params.get("run") or "last"))
+            ref = positional[0] if (positional and command != "output") or len(
+                positional) > 1 else "last"
+            row = journal.run_row(journal.resolve_run_id(ref))
             data = json.loads(row["plan_json"])
     if not isinstance(data, dict):
         return [], [], []
@@ -491,32 +562,33 @@ def _project_of(settings: Any) -> str:
     return project_key(settings)
 
 
-def _complete_approve(ctx: Any, incomplete: str) -> list[str]:
+def _complete_approve(ctx: Any, args: list[str], incomplete: str) -> list[str]:
     """Step ids for ``--approve``: those needing approval first, then the others."""
     try:
-        ids, needs, _ = _plan_steps_and_params(ctx)
-        given = set((getattr(ctx, "params", None) or {}).get("approve") or [])
+        ids, needs, _ = _plan_steps_and_params(ctx, args)
+        given = set(_words(args)[0].get("--approve", []))
         ordered = needs + [i for i in ids if i not in needs]
         return [i for i in ordered if i.startswith(incomplete) and i not in given]
     except Exception:  # completion must never fail loudly
         return []
 
 
-def _complete_param(ctx: Any, incomplete: str) -> list[str]:
+def _complete_param(ctx: Any, args: list[str], incomplete: str) -> list[str]:
     """``NAME=`` for ``-p``: the plan's declared parameters not given yet."""
     try:
-        _, _, names = _plan_steps_and_params(ctx)
-        given = {p.partition("=")[0] for p in (getattr(ctx, "params", None) or {}).get(
-            "param") or []}
+        _, _, names = _plan_steps_and_params(ctx, args)
+        options = _words(args)[0]
+        given = {p.partition("=")[0] for p in options.get("-p", []) + options.get(
+            "--param", [])}
         return [f"{n}=" for n in names if f"{n}=".startswith(incomplete) and n not in given]
     except Exception:  # completion must never fail loudly
         return []
 
 
-def _complete_run_steps(ctx: Any, incomplete: str) -> list[str]:
+def _complete_run_steps(ctx: Any, args: list[str], incomplete: str) -> list[str]:
     """Step ids of the run named on the command line (``output RUN <Tab>``)."""
     try:
-        ids, _, _ = _plan_steps_and_params(ctx)
+        ids, _, _ = _plan_steps_and_params(ctx, args)
         return [i for i in ids if i.startswith(incomplete)]
     except Exception:  # completion must never fail loudly
         return []
@@ -782,7 +854,8 @@ def output(
     run: LatestRunArg,
     step: Annotated[str | None, typer.Argument(
         help="Step id (given alone, the step of this project's latest run).",
-        autocompletion=lambda ctx, incomplete: _complete_run_steps(ctx, incomplete))] = None,
+        autocompletion=lambda ctx, args, incomplete: _complete_run_steps(
+            ctx, args, incomplete))] = None,
     item: Annotated[int | None, typer.Option("--item", help="A fan-out item's index.",
                                              min=0)] = None,
     journal: JournalOpt = None,
