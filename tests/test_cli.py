@@ -113,8 +113,9 @@ PLAN_KEYS = {"name", "revision", "digest", "file"}
 COUNT_KEYS = {"total", "pending", "running", "succeeded", "failed", "skipped", "indeterminate"}
 STEP_KEYS = {"id", "tool", "status", "attempts", "started_at", "finished_at", "duration_s",
              "output_bytes", "replayed", "approved_by", "error"}
+# SPEC §8's keys, plus the run's project folder (issue 10: one journal, many projects).
 RUN_SUMMARY_KEYS = {"run_id", "plan", "revision", "status", "started_at", "finished_at",
-                    "counts"}
+                    "counts", "project"}
 
 
 @pytest.fixture

@@ -507,3 +507,50 @@ def test_completion_follows_the_command_line(tmp_path: Path) -> None:
     assert got[5] == ["who="]
     assert got[6] == interrupted
     assert set(got[7]) == {done, *interrupted}
+
+
+# --- did you mean ---------------------------------------------------------------------------------
+
+
+def test_approve_typo_suggests_the_step(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    res = run(app, "execute", "hello", "--approve", "pubish")
+    assert res.returncode == 2
+    assert ("planrun: error[usage]: --approve 'pubish': the plan has no such step. "
+            "Did you mean 'publish'?") in res.stderr
+    assert "needing approval: publish" in res.stderr
+    # resume and retry say the same
+    denied = run(app, "execute", "hello", "-p", "who=x", "--json")
+    assert denied.returncode == 4
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    os.kill(proc.pid, 9)
+    proc.communicate(timeout=30)
+    gate.touch()
+    res = run(app, "resume", "--approve", "wiat")
+    assert res.returncode == 2, res
+    assert "Did you mean 'wait'?" in res.stderr
+
+
+def test_unknown_fields_in_tools_yaml_and_planrun_toml_suggest_the_name(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    tools = (app / "tools.yaml").read_text()
+    (app / "tools.yaml").write_text(tools.replace("    idempotent: true\n  wait_for:",
+                                                  "    retry: {max_attempts: 2}\n  wait_for:"))
+    res = run(app, "validate")
+    assert res.returncode == 3
+    assert "unknown field 'retry'. Did you mean 'retries'?" in res.stdout
+    (app / "tools.yaml").write_text(tools.replace(
+        "    idempotent: true\n  wait_for:",
+        "    retries: {max_attempt: 2}\n  wait_for:"))
+    res = run(app, "validate")
+    assert "unknown field 'max_attempt'. Did you mean 'max_attempts'?" in res.stdout
+    (app / "tools.yaml").write_text(tools)
+    (app / "planrun.toml").write_text("max_paralel = 2\n")
+    res = run(app, "validate")
+    assert res.returncode == 3
+    assert "Did you mean 'max_parallel'?" in res.stdout + res.stderr
+    (app / "planrun.toml").write_text("[policy]\nallowed_tool = []\n")
+    res = run(app, "validate")
+    assert res.returncode == 3
+    assert "Did you mean 'allowed_tools'?" in res.stdout + res.stderr

@@ -323,10 +323,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         raise Refused(f"plan {name!r} was refused", code=_first_code(loaded.report),
                       report=report)
     plan = loaded.plan
-    unknown = [s for s in approve if s not in plan.by_id]
-    if unknown:
-        raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step "
-                         f"(steps: {', '.join(plan.by_id)})")
+    check_approve(approve, plan)
     requests = [approval.request_for(s) for s in plan.steps if s.approval_reason]
     if dry_run:
         return DryRun(plan=plan, order=plan.order(), approvals=requests)
@@ -358,6 +355,24 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                             owner=owner, max_parallel=parallel, keep_going=keep_going,
                             progress=progress, fresh=True)
+
+
+def check_approve(approve: Sequence[str], plan: CheckedPlan) -> None:
+    """Refuse ``--approve`` naming no step of the plan, suggesting the closest step.
+
+    Raises:
+        UsageError: ``usage`` (exit 2), e.g. ``--approve 'pubish': the plan has no such
+            step. Did you mean 'publish'?``.
+    """
+    from .issues import did_you_mean
+
+    unknown = [s for s in approve if s not in plan.by_id]
+    if unknown:
+        needs = [s.id for s in plan.steps if s.approval_reason]
+        raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step."
+                         + did_you_mean(unknown[0], plan.by_id),
+                         hint=f"Steps: {', '.join(plan.by_id)}"
+                         + (f"; needing approval: {', '.join(needs)}." if needs else "."))
 
 
 def project_key(settings: Settings) -> str:

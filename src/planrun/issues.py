@@ -46,6 +46,14 @@ ISSUE_CODES: dict[str, str] = {
 Severity = Literal["error", "warning"]
 
 
+def did_you_mean(name: str, choices: Any) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``choices`` to ``name``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Issue:
     """One problem (SPEC §4).

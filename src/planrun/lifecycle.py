@@ -256,9 +256,9 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
         try:
             plan = _replan(journal, settings, row, given)
             if approve:
-                unknown = [s for s in approve if s not in plan.by_id]
-                if unknown:
-                    raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step")
+                from .api import check_approve
+
+                check_approve(approve, plan)
             found = analyse(journal.step_rows(run_id), plan,
                             json.loads(row["contracts_json"]), _items(journal, run_id))
             if found.blocked:
@@ -420,6 +420,9 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
     parent_id = row["run_id"]
     plan = _replan(journal, settings, row, given)
+    from .api import check_approve
+
+    check_approve(approve, plan)
     parent_rows = journal.step_rows(parent_id)
     unknown: list[tuple[str, int | None]] = [
         (r["step_id"], None) for r in parent_rows if r["status"] in (
