@@ -554,3 +554,35 @@ def test_unknown_fields_in_tools_yaml_and_planrun_toml_suggest_the_name(tmp_path
     res = run(app, "validate")
     assert res.returncode == 3
     assert "Did you mean 'allowed_tools'?" in res.stdout + res.stderr
+
+
+# --- retry --from STEP -------------------------------------------------------------------------------
+
+
+def test_retry_from_reruns_a_succeeded_step_and_everything_after_it(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    marker = tmp_path / "m"
+    marker.touch()
+    done = json.loads(run(app, "execute", "wait", "-p", f"path={marker}", "--json").stdout)
+    assert done["status"] == "completed"
+    started = Path(f"{marker}.started")
+    started.unlink()
+    plain = run(app, "retry", done["run_id"])
+    assert plain.returncode == 5
+    assert "--from" in plain.stderr
+    bad = run(app, "retry", done["run_id"], "--from", "wiat")
+    assert bad.returncode == 2
+    assert "error[unknown_step]" in bad.stderr
+    assert "Did you mean 'wait'?" in bad.stderr
+    res = run(app, "retry", done["run_id"], "--from", "wait", "--json")
+    assert res.returncode == 0, res
+    child = json.loads(res.stdout)
+    assert child["parent_run_id"] == done["run_id"]
+    steps = {s["id"]: s for s in child["steps"]}
+    assert steps["first"]["replayed"] is True
+    assert steps["wait"]["replayed"] is False
+    assert started.exists()  # the tool really ran again
+    # --from the first step: everything runs again
+    res = run(app, "retry", child["run_id"], "--from", "first", "--json")
+    assert res.returncode == 0, res
+    assert [s["replayed"] for s in json.loads(res.stdout)["steps"]] == [False, False]

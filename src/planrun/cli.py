@@ -357,6 +357,11 @@ def retry(
     max_parallel: MaxParallelOpt = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", help="After a failure, go on with independent steps.")] = False,
+    from_step: Annotated[str | None, typer.Option(
+        "--from", help="Run this step and every step after it again, even if they "
+        "succeeded (the run may be completed).", metavar="STEP",
+        autocompletion=lambda ctx, args, incomplete: _complete_run_steps(
+            ctx, args, incomplete))] = None,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -370,7 +375,7 @@ def retry(
     result = _drive(lambda settings, given, approver, progress: lifecycle.retry(
         settings, run, given, approve=approve or [], approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        progress=progress), project=project, journal=journal, param=param,
+        progress=progress, from_step=from_step), project=project, journal=journal, param=param,
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json)
     _finish(result, as_json, no_color)

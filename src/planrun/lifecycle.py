@@ -385,8 +385,12 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
 def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
           approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
           max_parallel: int | None = None, keep_going: bool = False,
-          progress: Any = None) -> dict[str, Any]:
+          progress: Any = None, from_step: str | None = None) -> dict[str, Any]:
     """Start a child run of a failed run that inherits its succeeded steps (SPEC §7).
+
+    ``from_step`` (``retry RUN --from STEP``): the run may also be ``completed``; STEP and
+    every step after it (its descendants) run again even if they succeeded, under fresh
+    idempotency keys (the lineage's keys of those steps are released first).
 
     Raises:
         RunError: ``unknown_run``, ``run_not_resumable`` (the run is not failed),
@@ -398,17 +402,23 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
     with Journal(settings.journal, write=True) as journal:
         parent_id = journal.resolve_run_id(run_ref)
         row = journal.run_row(parent_id)
-        if row["status"] != "failed":
+        allowed = ("failed", "completed") if from_step else ("failed",)
+        if row["status"] not in allowed:
             hint = (f"Use planrun resume {parent_id}." if row["status"] in RESUMABLE
+                    else f"Re-run steps with planrun retry {parent_id} --from STEP, or "
+                    "start a new run with planrun execute." if row["status"] == "completed"
                     else "Start a new run with planrun execute.")
             raise RunError(f"run {parent_id} is {row['status']}; only a failed run is "
-                           "retried", code="run_not_resumable", hint=hint)
+                           "retried" + (" (or a completed one, with --from)"
+                                        if not from_step else ""),
+                           code="run_not_resumable", hint=hint)
         # The parent's lease is held for the whole child run: two retries of one run at
         # once would both re-run its failed steps.
-        journal.take_lease(parent_id, owner, statuses=("failed",))
+        journal.take_lease(parent_id, owner, statuses=allowed)
         try:
             return _retry_child(journal, settings, row, given, owner, approve or [],
-                                approve_all, approver, max_parallel, keep_going, progress)
+                                approve_all, approver, max_parallel, keep_going, progress,
+                                from_step)
         finally:
             journal.release_lease(parent_id, owner)
 
@@ -416,7 +426,8 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
 def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
                  given: ParamInput | None, owner: str, approve: list[str],
                  approve_all: bool, approver: Any, max_parallel: int | None,
-                 keep_going: bool, progress: Any) -> dict[str, Any]:
+                 keep_going: bool, progress: Any, from_step: str | None = None
+                 ) -> dict[str, Any]:
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
     parent_id = row["run_id"]
     plan = _replan(journal, settings, row, given)
@@ -432,8 +443,12 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
         # A child run would call them again without anyone knowing whether the first call
         # had its effect: a person settles them first.
         raise _indeterminate_error(parent_id, unknown, then="retry")
+    again: set[str] = set()
+    if from_step is not None:
+        again = _from_and_after(plan, from_step)
+        journal.release_keys(row["root_run_id"], sorted(again))
     inherited = [r["step_id"] for r in parent_rows if r["status"] == "succeeded"
-                 and r["step_id"] in plan.by_id]
+                 and r["step_id"] in plan.by_id and r["step_id"] not in again]
     child = new_run_id()
     options = json.loads(row["options_json"] or "{}")
     parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
@@ -468,6 +483,29 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     if note:
         result["_notes"] = [note]
     return result
+
+
+def _from_and_after(plan: CheckedPlan, step: str) -> set[str]:
+    """``step`` and every step that depends on it, directly or not.
+
+    Raises:
+        UsageError: ``unknown_step`` when the plan has no such step (exit 2).
+    """
+    if step not in plan.by_id:
+        from .issues import did_you_mean
+
+        raise UsageError(f"--from {step!r}: the plan has no such step."
+                         + did_you_mean(step, plan.by_id), code="unknown_step",
+                         hint=f"Steps: {', '.join(plan.by_id)}.")
+    out = {step}
+    changed = True
+    while changed:
+        changed = False
+        for s in plan.steps:
+            if s.id not in out and any(d in out for d in s.depends_on):
+                out.add(s.id)
+                changed = True
+    return out
 
 
 def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:

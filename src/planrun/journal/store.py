@@ -824,6 +824,18 @@ class Journal:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
+    def release_keys(self, root_run_id: str, step_ids: list[str]) -> int:
+        """Forget the idempotency keys of these steps in a lineage (``retry --from``).
+
+        Their next call really runs instead of replaying. Returns how many keys went.
+        """
+        if not step_ids:
+            return 0
+        marks = ", ".join("?" for _ in step_ids)
+        with self._write() as c:
+            return int(c.execute(f"DELETE FROM idempotency_keys WHERE root_run_id = ? AND "
+                                 f"step_id IN ({marks})", [root_run_id, *step_ids]).rowcount)
+
     # --- upkeep (issue 10: planrun prune / forget) -------------------------------------
 
     @_reads
