@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 GRANT_TOML = """\
@@ -586,3 +588,57 @@ def test_retry_from_reruns_a_succeeded_step_and_everything_after_it(tmp_path: Pa
     res = run(app, "retry", child["run_id"], "--from", "first", "--json")
     assert res.returncode == 0, res
     assert [s["replayed"] for s in json.loads(res.stdout)["steps"]] == [False, False]
+
+
+# --- progress: fan-out lines off a terminal, no "0/?", a sane rate (bug 9) ---------------------------
+
+
+def _fan_project(tmp_path: Path) -> Path:
+    from test_terminal import FAN, SLOW_REGISTRY, SLOW_TOOLS
+
+    root = tmp_path / "fanproj"
+    (root / "plans").mkdir(parents=True)
+    (root / "slowtools.py").write_text(SLOW_TOOLS)
+    (root / "tools.yaml").write_text(SLOW_REGISTRY)
+    # a plain step that runs long enough to be drawn (it used to show "0/?")
+    (root / "plans" / "fan.yaml").write_text(FAN + "  - id: pause\n    tool: slow\n"
+                                             "    depends_on: [emit]\n"
+                                             "    arguments: {i: 1}\n")
+    return root
+
+
+def test_fan_out_progress_lines_off_a_terminal(tmp_path: Path) -> None:
+    import re
+
+    root = _fan_project(tmp_path)
+    res = run(root, "execute", "fan", "-p", "n=20", "--approve", "wipe")
+    assert res.returncode == 0, res
+    counts = [int(m.group(1)) for m in re.finditer(r"^planrun: double (\d+)/20 items",
+                                                   res.stderr, flags=re.M)]
+    assert counts == [2, 4, 6, 8, 10, 12, 14, 16, 18], res.stderr  # every tenth
+    assert "planrun: double succeeded" in res.stderr
+    quiet = run(root, "execute", "fan", "-p", "n=20", "--approve", "wipe", "-q")
+    assert quiet.stderr == ""
+
+
+def test_live_progress_has_no_empty_counter_for_plain_steps(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    root = _fan_project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    env["TERM"] = "xterm"
+    child = pexpect.spawn(sys.executable, ["-m", "planrun", "execute", "fan", "--approve",
+                                           "wipe"], cwd=str(root), env=env,
+                          encoding="utf-8", timeout=60, dimensions=(40, 160))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "/?" not in (child.before or "")
+
+
+def test_item_rate_is_items_over_elapsed_time() -> None:
+    from planrun.ui import item_rate
+
+    assert item_rate(2, 2.0) == "1.0 items/s"
+    assert item_rate(0, 5.0) == ""
+    assert item_rate(3, 0.1) == ""
+    assert item_rate(500, 10.0) == "50 items/s"
