@@ -269,7 +269,7 @@ def test_status_log_output_default_to_the_latest_run(tmp_path: Path) -> None:
     assert "runs --all" in none.stderr
 
 
-# --- planrun plans -----------------------------------------------------------------------------
+# --- planrun plans ----------------------------------------------------------------------------
 
 
 def test_plans_lists_name_revision_goal_steps_and_approvals(tmp_path: Path) -> None:
@@ -290,7 +290,7 @@ def test_plans_lists_name_revision_goal_steps_and_approvals(tmp_path: Path) -> N
     assert rows["broken"]["ok"] is False
 
 
-# --- runs: the project, this project's runs by default, --all -----------------------------------
+# --- runs: the project, this project's runs by default, --all ---------------------------------
 
 
 def test_runs_show_the_project_and_filter_to_this_one(tmp_path: Path) -> None:
@@ -312,7 +312,7 @@ def test_runs_show_the_project_and_filter_to_this_one(tmp_path: Path) -> None:
     assert b in run(tmp_path, "-C", str(two), "runs").stdout
 
 
-# --- journal upkeep: prune and forget ------------------------------------------------------------
+# --- journal upkeep: prune and forget ---------------------------------------------------------
 
 
 def _journal_counts(journal: Path, run_id: str) -> dict[str, int]:
@@ -405,7 +405,7 @@ def test_forget_and_prune_refuse_a_run_a_live_process_drives(tmp_path: Path) -> 
     assert run(app, "forget", run_id).returncode == 0
 
 
-# --- log --follow ----------------------------------------------------------------------------------
+# --- log --follow -----------------------------------------------------------------------------
 
 
 def test_log_follow_prints_events_until_the_run_ends(tmp_path: Path) -> None:
@@ -438,7 +438,7 @@ def test_log_follow_prints_events_until_the_run_ends(tmp_path: Path) -> None:
     assert "run_finished" in text.stdout.splitlines()[-1]
 
 
-# --- bug 3: the journaled plan path means the same from anywhere -----------------------------------
+# --- bug 3: the journaled plan path means the same from anywhere ------------------------------
 
 
 def test_plan_path_is_journaled_relative_to_the_project(tmp_path: Path) -> None:
@@ -449,7 +449,7 @@ def test_plan_path_is_journaled_relative_to_the_project(tmp_path: Path) -> None:
     assert manifest["plan"]["file"] == "plans/wait.yaml"
 
 
-# --- completion: -C DIR, --approve STEP, -p NAME=, resumable runs (bug 11) -------------------------
+# --- completion: -C DIR, --approve STEP, -p NAME=, resumable runs (bug 11) --------------------
 
 
 def _complete(cwd: Path, tmp_path: Path, *lines: str) -> list[list[str]]:
@@ -511,7 +511,7 @@ def test_completion_follows_the_command_line(tmp_path: Path) -> None:
     assert set(got[7]) == {done, *interrupted}
 
 
-# --- did you mean ---------------------------------------------------------------------------------
+# --- did you mean -----------------------------------------------------------------------------
 
 
 def test_approve_typo_suggests_the_step(tmp_path: Path) -> None:
@@ -558,7 +558,7 @@ def test_unknown_fields_in_tools_yaml_and_planrun_toml_suggest_the_name(tmp_path
     assert "Did you mean 'allowed_tools'?" in res.stdout + res.stderr
 
 
-# --- retry --from STEP -------------------------------------------------------------------------------
+# --- retry --from STEP ------------------------------------------------------------------------
 
 
 def test_retry_from_reruns_a_succeeded_step_and_everything_after_it(tmp_path: Path) -> None:
@@ -590,7 +590,7 @@ def test_retry_from_reruns_a_succeeded_step_and_everything_after_it(tmp_path: Pa
     assert [s["replayed"] for s in json.loads(res.stdout)["steps"]] == [False, False]
 
 
-# --- progress: fan-out lines off a terminal, no "0/?", a sane rate (bug 9) ---------------------------
+# --- progress: fan-out lines off a terminal, no "0/?", a sane rate (bug 9) --------------------
 
 
 def _fan_project(tmp_path: Path) -> Path:
@@ -642,3 +642,53 @@ def test_item_rate_is_items_over_elapsed_time() -> None:
     assert item_rate(0, 5.0) == ""
     assert item_rate(3, 0.1) == ""
     assert item_rate(500, 10.0) == "50 items/s"
+
+
+# --- show / --dry-run show `when` and `for_each`; graph marks conditional edges ---------------
+
+COND = """\
+planrun: 1
+goal: Conditional and fan-out
+params:
+  go: {type: boolean, default: true}
+steps:
+  - id: first
+    tool: say
+    arguments: {text: one}
+  - id: each
+    tool: say
+    depends_on: [first]
+    for_each: ["a", "b"]
+    arguments: {text: "{item}"}
+  - id: maybe
+    tool: say
+    depends_on: [first]
+    when: "params.go"
+    arguments: {text: maybe}
+"""
+
+
+def test_show_dry_run_and_graph_show_conditions_and_fan_out(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    (app / "plans" / "cond.yaml").write_text(COND)
+    shown = run(app, "show", "cond")
+    assert shown.returncode == 0, shown
+    assert 'fan-out over ["a", "b"]' in shown.stdout
+    assert "when params.go" in shown.stdout
+    steps = {s["id"]: s for s in json.loads(run(app, "show", "cond", "--json").stdout)["steps"]}
+    assert steps["each"]["for_each"] == ["a", "b"]
+    assert steps["maybe"]["when"] == "params.go"
+    dry = run(app, "execute", "cond", "--dry-run")
+    assert dry.returncode == 0, dry
+    assert "when: params.go" in dry.stdout
+    assert 'for_each: ["a", "b"]' in dry.stdout
+    dry_json = json.loads(run(app, "execute", "cond", "--dry-run", "--json").stdout)
+    by_id = {s["id"]: s for s in dry_json["steps"]}
+    assert by_id["maybe"]["when"] == "params.go"
+    assert by_id["each"]["for_each"] == ["a", "b"]
+    mermaid = run(app, "graph", "cond").stdout
+    assert "first -.->|when| maybe" in mermaid
+    assert "first --> each" in mermaid
+    dot = run(app, "graph", "cond", "--format", "dot").stdout
+    assert '"first" -> "maybe" [style=dashed, label="when"' in dot
+    assert '"first" -> "each";' in dot

@@ -218,8 +218,16 @@ def execute(
         for issue in api.grant_warnings(result.plan):
             ui.err(ui.issue_line(issue))
         if as_json:
-            ui.print_json({"plan": result.plan.name, "order": result.order,
-                           "approvals": [r.step_id for r in result.approvals]})
+            from .params import as_written
+
+            plan_ = result.plan
+            ui.print_json({"plan": plan_.name, "order": result.order,
+                           "approvals": [r.step_id for r in result.approvals],
+                           "steps": [{"id": sid, "tool": plan_.by_id[sid].tool.name,
+                                      "when": plan_.by_id[sid].when,
+                                      "for_each": as_written(plan_.by_id[sid].for_each),
+                                      "arguments": as_written(plan_.by_id[sid].arguments)}
+                                     for sid in result.order]})
         else:
             ui.print_dry_run(result)
         raise typer.Exit(0)

@@ -272,6 +272,15 @@ def print_events(events: Sequence[dict[str, Any]], tracebacks: bool = False) -> 
                 out("    " + line)
 
 
+def _short(value: Any, limit: int = 200) -> str:
+    """JSON of ``value``, cut at ``limit`` characters (a long list says how many items)."""
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) <= limit:
+        return text
+    more = f" ({len(value)} items)" if isinstance(value, list) else ""
+    return text[:limit] + f"…{more}"
+
+
 def print_dry_run(dry: Any) -> None:
     """What ``execute --dry-run`` would do."""
     from .params import as_written
@@ -285,6 +294,10 @@ def print_dry_run(dry: Any) -> None:
         mark = "  [needs approval]" if sid in needs else ""
         deps = f" after {', '.join(step.depends_on)}" if step.depends_on else ""
         out(f"  {n}. {sid} ({step.tool.name}){deps}{mark}")
+        if step.when:
+            out(f"       when: {step.when}  (skipped when false)")
+        if step.for_each is not None:
+            out(f"       for_each: {_short(as_written(step.for_each))}")
         out(f"       arguments: {json.dumps(as_written(step.arguments), ensure_ascii=False)}")
     if dry.approvals:
         out("would need approval: " + ", ".join(f"{r.step_id} ({r.tool})"
@@ -389,7 +402,7 @@ def print_plan(data: dict[str, Any]) -> None:
         if s["depends_on"]:
             bits.append(f"after {', '.join(s['depends_on'])}")
         if s["fan_out"]:
-            bits.append("fan-out")
+            bits.append(f"fan-out over {_short(s.get('for_each'))}")
         if s["when"]:
             bits.append(f"when {s['when']}")
         if s["approval"]:
