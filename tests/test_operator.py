@@ -692,3 +692,28 @@ def test_show_dry_run_and_graph_show_conditions_and_fan_out(tmp_path: Path) -> N
     dot = run(app, "graph", "cond", "--format", "dot").stdout
     assert '"first" -> "maybe" [style=dashed, label="when"' in dot
     assert '"first" -> "each";' in dot
+
+
+# --- init points at help a pip-only user has ---------------------------------------------------
+
+
+def test_init_toml_points_at_help_that_ships_with_planrun(tmp_path: Path) -> None:
+    res = run(tmp_path, "init", "proj")
+    assert res.returncode == 0, res
+    toml = (tmp_path / "proj" / "planrun.toml").read_text()
+    assert "README" not in toml
+    assert "planrun --help" in toml
+    assert "planrun schema plan|tools" in toml
+    # every key the file mentions is one planrun knows (commented ones included)
+    import re
+    import tomllib
+
+    uncommented = "\n".join(re.sub(r"^# ?", "", line) for line in toml.splitlines()
+                            if not line.startswith("# planrun") and not line.startswith(
+                                ("# Help", "# `planrun"))
+                            and not re.match(r"^#\s+#", line) and line.strip() != "#")
+    data = tomllib.loads(uncommented)
+    assert set(data) <= {"plans_dir", "registry", "journal", "max_parallel", "max_steps",
+                         "policy", "pools"}
+    assert run(tmp_path / "proj", "validate", "--strict").returncode == 0
+    assert run(tmp_path / "proj", "execute", "hello").returncode == 0

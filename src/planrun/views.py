@@ -147,10 +147,28 @@ def json_schema(kind: str) -> dict[str, Any]:
 
 STARTER = {
     "planrun.toml": """\
-# planrun settings (all optional); see the README.
-plans_dir = "plans"
-registry = "tools.yaml"
-max_parallel = 4
+# planrun settings. Every key is optional; the values below are the defaults.
+# Help that comes with planrun: `planrun --help`, `planrun COMMAND --help`, and
+# `planrun schema plan|tools` (the file formats, as JSON Schema for editors).
+plans_dir = "plans"          # folder of plan files (NAME.yaml | NAME.yml | NAME.json)
+registry = "tools.yaml"      # the tools plans may call, with their contracts
+max_parallel = 4             # calls running at once
+# max_steps = 500            # the most steps a plan may have (longer plans are refused)
+# journal = "journal.sqlite3"  # default: one journal per user, in the user data folder;
+#                              # this project's own file keeps its runs apart
+#
+# [pools]                    # at most N calls at once of steps/tools with `pool: NAME`
+# slow_api = 2
+#
+# [policy]                   # what plans may do without a person (cron, CI)
+# allowed_tools = ["say"]    # any other tool is refused (not_allowed)
+# require_approval = []      # reversible tools that still need a person
+# [[policy.grants]]          # a bounded, expiring permission; `planrun policy check` lints
+# id = "nightly"
+# tool = "say"
+# arguments = {type = "object", properties = {text = {type = "string"}}}
+# expires = 2030-01-01T00:00:00Z
+# granted_by = "you@example.com"
 """,
     "tools.yaml": """\
 # The tools plans may call. Each has a contract: a JSON Schema of its arguments.
