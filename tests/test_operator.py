@@ -717,3 +717,98 @@ def test_init_toml_points_at_help_that_ships_with_planrun(tmp_path: Path) -> Non
                          "policy", "pools"}
     assert run(tmp_path / "proj", "validate", "--strict").returncode == 0
     assert run(tmp_path / "proj", "execute", "hello").returncode == 0
+
+
+# --- bugs 3, 4, 12, 13: a run that died, resumed from elsewhere, and one still driven --------
+
+
+def _killed_waiting_run(app: Path, tmp_path: Path) -> str:
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    os.kill(proc.pid, 9)
+    proc.communicate(timeout=30)
+    gate.touch()
+    return str(json.loads(run(app, "runs", "--json").stdout)[0]["run_id"])
+
+
+def test_changed_plan_note_from_any_folder_and_in_explain(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    # started from / with -C: the journaled path still means plans/wait.yaml of app
+    proc = subprocess.Popen([sys.executable, "-m", "planrun", "-C", str(app), "execute",
+                             "wait", "-p", f"path={gate}"], cwd="/",
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    started = Path(f"{gate}.started")
+    import time
+    for _ in range(1200):
+        if started.exists():
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, 9)
+    proc.communicate(timeout=30)
+    plan = app / "plans" / "wait.yaml"
+    plan.write_text(plan.read_text().replace("Wait for a file", "Wait for a file (edited)"))
+    explain = run(app, "resume", "--explain")
+    assert explain.returncode == 0, explain
+    assert "note: plans/wait.yaml changed since run" in explain.stdout
+    elsewhere = run(tmp_path, "-C", str(app), "resume", "--explain", "--json")
+    assert "plans/wait.yaml changed since run" in json.loads(elsewhere.stdout)["notes"][0]
+    gate.touch()
+    res = run(app, "resume")
+    assert res.returncode == 0, res
+    assert "planrun: note: plans/wait.yaml changed since run" in res.stderr
+
+
+def test_durations_after_resume_are_working_time(tmp_path: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+    from datetime import datetime, timedelta
+
+    app = ops_project(tmp_path / "app")
+    run_id = _killed_waiting_run(app, tmp_path)
+    journal = Path(os.environ["PLANRUN_JOURNAL"])
+
+    def back(ts: str | None) -> str | None:  # one hour earlier: the run died an hour ago
+        return None if ts is None else (datetime.fromisoformat(ts) - timedelta(hours=1)
+                                        ).isoformat(timespec="milliseconds")
+
+    with closing(sqlite3.connect(journal)) as conn, conn:
+        (created,) = conn.execute("SELECT created_at FROM runs WHERE run_id = ?",
+                                  (run_id,)).fetchone()
+        conn.execute("UPDATE runs SET created_at = ? WHERE run_id = ?", (back(created), run_id))
+        for sid, st, fin in conn.execute("SELECT step_id, started_at, finished_at FROM steps "
+                                         "WHERE run_id = ?", (run_id,)).fetchall():
+            conn.execute("UPDATE steps SET started_at = ?, finished_at = ? WHERE run_id = ? "
+                         "AND step_id = ?", (back(st), back(fin), run_id, sid))
+        for eid, ts in conn.execute("SELECT id, ts FROM events WHERE run_id = ?",
+                                    (run_id,)).fetchall():
+            conn.execute("UPDATE events SET ts = ? WHERE id = ?", (back(ts), eid))
+    res = run(app, "resume", run_id, "--json")
+    assert res.returncode == 0, res
+    m = json.loads(res.stdout)
+    assert m["wall_s"] > 3600
+    assert m["duration_s"] < 600
+    steps = {s["id"]: s for s in m["steps"]}
+    assert steps["wait"]["duration_s"] < 600  # started before the crash, ended after
+    text = run(app, "status", run_id).stdout
+    assert "of work (" in text
+
+
+def test_status_of_a_run_another_process_drives_does_not_suggest_resume(
+        tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    try:
+        m = json.loads(run(app, "status", "--json").stdout)
+        assert m["status"] == "running"
+        assert m["next"] == f"planrun log {m['run_id']} --follow"
+        assert "planrun resume" not in run(app, "status").stdout
+    finally:
+        gate.touch()
+        proc.communicate(timeout=60)
+    (tmp_path / "k").mkdir()
+    _killed = _killed_waiting_run(app, tmp_path / "k")
+    m = json.loads(run(app, "status", _killed, "--json").stdout)
+    assert m["next"] == f"planrun resume {_killed}"  # its holder is dead: resume takes it

@@ -342,10 +342,11 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
             alive = holder_alive(holder)
             lease = {"owner": holder, "alive": alive,
                      "expires_in_s": round((row["lease_expires"] or 0) - time.time(), 1)}
+        note = changed_plan_note(settings, row)
         return {"run_id": run_id, "status": row["status"], "lease": lease,
                 "revalidation": {"ok": problems is None, "issues": problems or []},
                 "would_stop": bool(found.blocked) or problems is not None,
-                "steps": found.explain}
+                "steps": found.explain, "notes": [note] if note else []}
 
 
 def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,

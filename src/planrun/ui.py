@@ -190,6 +190,9 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         head += ", " + ", ".join(extra)
     if m.get("duration_s") is not None:
         head += f" in {m['duration_s']:.2f}s"
+        wall = m.get("wall_s")
+        if wall is not None and wall - m["duration_s"] >= 1:
+            head += f" of work ({wall:.2f}s since it started)"
     if is_terminal(sys.stdout):
         from rich.table import Table
 
@@ -382,6 +385,8 @@ def print_explain(report: dict[str, Any]) -> None:
         out(f"  {s['action']:<7} {s['step']} ({s['tool']}): {s['why']}")
     if report["would_stop"]:
         out("resume would stop before running anything (see above)")
+    for note in report.get("notes") or []:
+        out(f"note: {note}")
 
 
 def print_plan(data: dict[str, Any]) -> None:

@@ -836,6 +836,24 @@ class Journal:
             return int(c.execute(f"DELETE FROM idempotency_keys WHERE root_run_id = ? AND "
                                  f"step_id IN ({marks})", [root_run_id, *step_ids]).rowcount)
 
+    @_reads
+    def idle_gaps(self, run_id: str) -> list[tuple[str, str]]:
+        """When nobody drove the run: (last event before a resume, the resume) pairs.
+
+        A run that died (or was interrupted) and was resumed later was idle from its last
+        journaled event to the ``run_resumed`` event; manifests leave those gaps out of
+        durations (issue 10, bug 12).
+        """
+        c = self._c()
+        out: list[tuple[str, str]] = []
+        for eid, ts in c.execute("SELECT id, ts FROM events WHERE run_id = ? AND "
+                                 "kind = 'run_resumed' ORDER BY id", (run_id,)).fetchall():
+            before = c.execute("SELECT ts FROM events WHERE run_id = ? AND id < ? "
+                               "ORDER BY id DESC LIMIT 1", (run_id, eid)).fetchone()
+            if before is not None and before[0] < ts:
+                out.append((str(before[0]), str(ts)))
+        return out
+
     # --- upkeep (issue 10: planrun prune / forget) -------------------------------------
 
     @_reads
