@@ -812,3 +812,29 @@ def test_status_of_a_run_another_process_drives_does_not_suggest_resume(
     _killed = _killed_waiting_run(app, tmp_path / "k")
     m = json.loads(run(app, "status", _killed, "--json").stdout)
     assert m["next"] == f"planrun resume {_killed}"  # its holder is dead: resume takes it
+
+
+# --- bug 5: nightly-backup's next: is never a dead end ------------------------------------------
+
+
+def test_backup_with_taken_stamps_completes_without_overwriting(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    app = backup_project(tmp_path)
+    (app / "planrun.toml").unlink()
+    dest = tmp_path / "backups"
+    dest.mkdir()
+    now = datetime.now(UTC)
+    taken = {f"backup-{(now + timedelta(seconds=k)).strftime('%Y%m%dT%H%M%SZ')}.tar.gz"
+             for k in range(-2, 90)}
+    for name in taken:
+        (dest / name).write_bytes(b"someone else's")
+    res = run(app, "execute", "nightly-backup", "-p", f"source={tmp_path / 'data'}",
+              "-p", f"dest={dest}", "-p", "keep=1000", "--approve", "prune", "--json")
+    assert res.returncode == 0, res
+    m = json.loads(res.stdout)
+    assert m["status"] == "completed"
+    assert m["next"] is None
+    archive = json.loads(run(app, "output", m["run_id"], "prepare").stdout)["archive"]
+    assert Path(archive).name not in taken
+    assert all((dest / name).read_bytes() == b"someone else's" for name in taken)
