@@ -838,3 +838,57 @@ def test_backup_with_taken_stamps_completes_without_overwriting(tmp_path: Path) 
     archive = json.loads(run(app, "output", m["run_id"], "prepare").stdout)["archive"]
     assert Path(archive).name not in taken
     assert all((dest / name).read_bytes() == b"someone else's" for name in taken)
+
+
+# --- bug 8: resolve --succeeded without --output when later steps read it ------------------------
+
+MAKE_TOOLS = OPS_TOOLS + """\
+  make:
+    python: opstools:make
+    arguments: {type: object, properties: {}, additionalProperties: false}
+    output_schema: {type: object, properties: {x: {type: integer}}, required: [x]}
+  use:
+    python: opstools:use
+    arguments: {type: object, properties: {x: {type: integer}}, required: [x],
+                additionalProperties: false}
+"""
+
+MAKE_PLAN = """\
+planrun: 1
+goal: Make then use
+steps:
+  - id: make
+    tool: make
+  - id: use
+    tool: use
+    depends_on: [make]
+    arguments: {x: "{steps.make.output.x}"}
+"""
+
+
+def test_resolve_succeeded_needs_the_output_later_steps_read(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    (app / "tools.yaml").write_text(MAKE_TOOLS)
+    with (app / "opstools.py").open("a") as f:
+        f.write("\n\ndef make():\n    return {'x': 1}\n\n\ndef use(x):\n    return x * 10\n")
+    (app / "plans" / "mk.yaml").write_text(MAKE_PLAN)
+    crashed = run(app, "execute", "mk", env=dict(os.environ,
+                                                  PLANRUN_TEST_CRASH="call:make"))
+    assert crashed.returncode == -9, crashed
+    stuck = run(app, "resume")
+    assert stuck.returncode == 5
+    assert "indeterminate" in stuck.stderr
+    run_id = json.loads(run(app, "runs", "--json").stdout)[0]["run_id"]
+    bare = run(app, "resolve", run_id, "make", "--succeeded")
+    assert bare.returncode == 2, bare
+    assert "later steps read its output (use)" in bare.stderr
+    assert "--output" in bare.stderr
+    wrong = run(app, "resolve", run_id, "make", "--succeeded", "--output", '{"y": 1}')
+    assert wrong.returncode == 2, wrong
+    assert "does not fit the output_schema of tool 'make'" in wrong.stderr
+    ok = run(app, "resolve", run_id, "make", "--succeeded", "--output", '{"x": 5}')
+    assert ok.returncode == 0, ok
+    done = run(app, "resume", "--json")
+    assert done.returncode == 0, done
+    assert json.loads(run(app, "output", run_id, "use").stdout) == 50
+    # --failed needs no output

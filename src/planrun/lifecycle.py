@@ -374,6 +374,9 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
             if item is None and journal.item_rows(run_id, step):
                 raise UsageError(f"step {step!r} fans out: resolve its indeterminate items "
                                  "one by one with --item N")
+            if succeeded:
+                _check_resolved_output(settings, journal.run_row(run_id), step, item,
+                                       value, output is not None)
             journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
                                  reason=reason, decided_by=user_name(), item=item)
         finally:
@@ -381,6 +384,73 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
         from . import manifest
 
         return manifest.build(journal, run_id)
+
+
+def _readers(document: Any, step: str) -> list[str]:
+    """Ids of the plan's steps that read ``step``'s output.
+
+    In their arguments, ``for_each`` or ``when``.
+    """
+    import re
+
+    from .params import StepRef, references
+
+    out = []
+    for s in (document.get("steps") or []) if isinstance(document, dict) else []:
+        if not isinstance(s, dict):
+            continue
+        used = {"arguments": s.get("arguments"), "for_each": s.get("for_each")}
+        reads = any(isinstance(ref, StepRef) and ref.step == step
+                    for _ptr, ref in references(used))
+        when = s.get("when")
+        if not reads and isinstance(when, str):
+            reads = re.search(rf"\bsteps\.{re.escape(step)}\b", when) is not None
+        if reads:
+            out.append(str(s.get("id")))
+    return out
+
+
+def _check_resolved_output(settings: Settings, row: dict[str, Any], step: str,
+                           item: int | None, value: Any, given: bool) -> None:
+    """Refuse a ``resolve --succeeded`` whose output later steps could not use.
+
+    Without ``--output`` the output is null: refused when a later step reads it (it would
+    fail on the null, and a succeeded step cannot be resolved again). A given output must
+    fit the tool's ``output_schema`` (per item for a fan-out) in the current registry.
+
+    Raises:
+        UsageError: ``usage`` (exit 2), naming the readers or the schema problem.
+    """
+    what = f"step {step!r}" + (f" item {item}" if item is not None else "")
+    readers = _readers(json.loads(row["plan_json"]), step)
+    if not given and readers:
+        raise UsageError(f"{what}: later steps read its output ({', '.join(readers)}), so "
+                         "resolving it as succeeded needs the output it produced",
+                         hint="Give it with --output JSON (as `planrun output` would print "
+                         "it), or resolve it --failed.")
+    if not given:
+        return
+    try:
+        from .api import load_registry
+
+        registry = load_registry(settings)
+    except Exception:  # no registry to check against: the journal keeps what was given
+        return
+    tool = None
+    for s in json.loads(row["plan_json"]).get("steps") or []:
+        if isinstance(s, dict) and s.get("id") == step:
+            tool = s.get("tool")
+    spec = registry.tools.get(tool) if isinstance(tool, str) else None
+    schema = getattr(getattr(spec, "entry", None), "output_schema", None)
+    if not schema:
+        return
+    from .registry import strict_validator
+
+    errors = [e.message for e in strict_validator(schema).iter_errors(value)]
+    if errors:
+        raise UsageError(f"--output does not fit the output_schema of tool {tool!r} "
+                         f"({what}): {errors[0]}",
+                         hint="Give the output the tool would have returned.")
 
 
 def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
