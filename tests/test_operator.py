@@ -892,3 +892,36 @@ def test_resolve_succeeded_needs_the_output_later_steps_read(tmp_path: Path) -> 
     assert done.returncode == 0, done
     assert json.loads(run(app, "output", run_id, "use").stdout) == 50
     # --failed needs no output
+
+
+# --- bug 10: flags where operators put them ------------------------------------------------------
+
+
+def test_validate_json_quiet_and_common_flags_before_the_command(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    as_json = run(app, "validate", "--json")
+    assert as_json.returncode == 0, as_json
+    assert json.loads(as_json.stdout)["ok"] is True
+    assert json.loads(run(app, "validate", "--format", "json").stdout) == json.loads(
+        as_json.stdout)
+    clash = run(app, "validate", "--json", "--format", "github")
+    assert clash.returncode == 2
+    quiet = run(app, "validate", "-q")
+    assert quiet.returncode == 0
+    assert quiet.stdout == ""
+    assert ": ok" in run(app, "validate").stdout
+    (app / "plans" / "bad.yaml").write_text("planrun: 1\ngoal: x\nsteps: []\n")
+    bad = run(app, "validate", "-q")
+    assert bad.returncode == 3
+    assert ": ok" not in bad.stdout
+    assert "error[empty]" in bad.stdout
+    (app / "plans" / "bad.yaml").unlink()
+    before = run(app, "-q", "execute", "wait", "-p", "path=/")
+    assert before.returncode == 0, before
+    assert before.stderr == ""
+    m = json.loads(run(app, "--json", "-v", "status").stdout)
+    assert m["status"] == "completed"
+    mixed = run(tmp_path, "-C", str(app), "-q", "--json", "execute", "wait", "-p", "path=/")
+    assert mixed.returncode == 0, mixed
+    assert json.loads(mixed.stdout)["status"] == "completed"
+    assert mixed.stderr == ""

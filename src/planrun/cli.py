@@ -156,17 +156,25 @@ def validate(
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
     param: ParamOpt = None,
     params_file: ParamsFileOpt = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="The report as JSON (same as --format json).")] = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
-    quiet: QuietOpt = False,
+    quiet: Annotated[bool, typer.Option(
+        "-q", "--quiet", help="Print only problems (no 'ok' lines).")] = False,
     no_color: NoColorOpt = False,
 ) -> None:
     """Check the registry and plans without calling any tool (exit 0 valid, 3 refused)."""
     from . import api
-    from .errors import PlanrunError, Refused
+    from .errors import PlanrunError, Refused, UsageError
     from .issues import Report
     from .ui import print_error, print_report
+
+    if as_json:
+        if fmt not in (Format.text, Format.json):
+            _fail(UsageError(f"--json and --format {fmt.value} disagree; give one"), verbose)
+        fmt = Format.json
 
     try:
         settings = _settings(project, journal)
@@ -179,7 +187,7 @@ def validate(
     except PlanrunError as exc:
         _fail(exc, verbose)
     report = _guard(lambda: api.validate(settings, plans or [], given), verbose)
-    print_report(report, fmt.value, strict=strict)
+    print_report(report, fmt.value, strict=strict, quiet=quiet)
     raise typer.Exit(0 if report.ok(strict=strict) else 3)
 
 
@@ -959,6 +967,46 @@ def forget(
                f"{result['keys']} idempotency key(s))")
 
 
+#: Common flags that may also be given before the command name (``planrun -q execute``).
+_MOVABLE = {"-q", "--quiet", "-v", "--verbose", "--no-color", "--json"}
+
+
+def _common_flags_after_command(argv: list[str]) -> list[str]:
+    """``argv`` with the common flags given before the command moved after its name.
+
+    ``-C``/``--journal`` before the command are the root's own options; ``-q``, ``-v``,
+    ``--no-color`` and ``--json`` mean the same before the command as after it (SPEC §9
+    lists them as common options). A flag the command does not take is left where it
+    was, so the parser reports it as usual.
+    """
+    import typer.main
+
+    i = 0
+    before: list[str] = []
+    rest = list(argv)
+    while i < len(rest):
+        word = rest[i]
+        if word in ("-C", "--project", "--journal"):
+            i += 2
+            continue
+        if word in _MOVABLE:
+            before.append(rest.pop(i))
+            continue
+        if word.startswith("-"):
+            i += 1
+            continue
+        break
+    if not before or i >= len(rest):
+        return argv
+    group = typer.main.get_command(app)
+    sub = getattr(group, "commands", {}).get(rest[i])
+    takes = {opt for p in getattr(sub, "params", []) for opt in getattr(p, "opts", [])}
+    moved = [w for w in before if w in takes]
+    if len(moved) != len(before):
+        return argv
+    return rest[:i + 1] + moved + rest[i + 1:]
+
+
 def main() -> None:
     """Console-script entry point.
 
@@ -968,7 +1016,8 @@ def main() -> None:
     from typer.exceptions import TyperException
 
     try:
-        code = app(prog_name="planrun", standalone_mode=False)
+        code = app(args=_common_flags_after_command(sys.argv[1:]), prog_name="planrun",
+                   standalone_mode=False)
     except KeyboardInterrupt:
         # Ctrl-C outside a run (while loading or validating): nothing was started.
         sys.stderr.write("planrun: interrupted\n")

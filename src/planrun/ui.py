@@ -124,8 +124,12 @@ def github_line(issue: Issue) -> str:
 
 
 def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
-                 stream: IO[str] | None = None) -> None:
-    """Write a validation report in ``text``, ``json`` or ``github`` format."""
+                 stream: IO[str] | None = None, quiet: bool = False) -> None:
+    """Write a validation report in ``text``, ``json`` or ``github`` format.
+
+    ``quiet`` (text): only the issues, and the summary line when there are any; no
+    ``FILE: ok`` lines. A report without issues prints nothing.
+    """
     target = _Masked(stream or sys.stdout)
     if fmt == "json":
         target.write(json.dumps(redact.value(report.to_json(strict=strict)), indent=2,
@@ -143,7 +147,8 @@ def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
     refused = 0
     for plan in report.plans:
         if not plan.issues:
-            target.write(f"{plan.file}: ok\n")
+            if not quiet:
+                target.write(f"{plan.file}: ok\n")
             continue
         if not plan.ok:
             refused += 1
@@ -153,6 +158,8 @@ def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
     warnings = sum(1 for i in report.all_issues() if i.severity == "warning")
     n = len(report.plans)
     counts = f"{errors} error(s), {warnings} warning(s)"
+    if quiet and not errors and not warnings:
+        return
     if n:
         target.write(f"{n} plan(s) checked, {n - refused} ok, {refused} refused; {counts}\n")
     else:
