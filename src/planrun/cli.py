@@ -256,7 +256,7 @@ def _drive(call: Callable[[Any, Any, Any, Any], T], *, project: str | None,
     settings = _guard(lambda: _settings(project, journal), verbose, as_json)
     given = _guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
     approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
-    with ui.progress_reporter(quiet, no_color) as progress:
+    with ui.progress_reporter(quiet, no_color, verbose) as progress:
         return _guard(lambda: call(settings, given, approver, progress), verbose, as_json)
 
 

@@ -171,6 +171,8 @@ class Executor:
     cancel_reason: tuple[str, str] | None = None
     abandoned: int = 0
     signal_exit: int | None = None
+    #: Tool calls running now (each fan-out item is one).
+    _calls: int = 0
 
     def run(self) -> str:
         """Run to the end.
@@ -189,7 +191,12 @@ class Executor:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
         if self.signal_exit is not None:
-            return "interrupted"
+            if any(st.status not in ("succeeded", "failed", "skipped")
+                   for st in self.state.values()):
+                return "interrupted"
+            # Every call finished within the grace period and nothing is left to run: the
+            # run ends as what it is, not "interrupted" (issue 10, bug 6).
+            self.signal_exit = None
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
         return "failed" if bad else "completed"
 
@@ -208,20 +215,20 @@ class Executor:
         if self.signal_exit is None:
             self.signal_exit = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
             self.stopping = "interrupted"
-            n = len(self._running)
+            n = self._calls  # tool calls, fan-out items each (not steps)
             self._emit("interrupt", "", running=n, grace_s=self.grace_s)
-            if n:
+            if self._running:
                 self._grace = asyncio.get_running_loop().call_later(
                     self.grace_s, self._cancel_running)
         elif signum == signal.SIGINT:
-            self._emit("cancel", "", running=len(self._running))
+            self._emit("cancel", "", running=self._calls)
             self._cancel_running()
 
     def _run_timeout(self) -> None:
         """The plan's whole-run ``timeout`` ran out: stop and cancel what is running."""
         self.stopping = f"the run's timeout of {self.plan.timeout} s ran out"
         self.cancel_reason = ("timeout", self.stopping)
-        self._emit("timeout", "", running=len(self._running))
+        self._emit("timeout", "", running=self._calls)
         self._cancel_running()
 
     def _cancel_running(self) -> None:
@@ -632,7 +639,12 @@ class Executor:
             ctx = StepContext(run_id=run_id, step_id=step.id, item_index=item,
                               idempotency_key=key, attempt=attempt)
             try:
-                output = await self._call(step, arguments, ctx)
+                self._calls += 1
+                stderr: list[str] = []
+                try:
+                    output = await self._call(step, arguments, ctx, stderr)
+                finally:
+                    self._calls -= 1
                 self._crash_at("call", step.id, item)
                 error = self._check_output(step, output)
             except asyncio.CancelledError:
@@ -656,8 +668,14 @@ class Executor:
             except ToolFailure as exc:
                 error = exc.error
             if error is None:
+                # A command that succeeded but wrote on stderr: its tail is kept with the
+                # step_succeeded event (planrun log) and shown with -v (issue 10, bug 7).
                 journal.step_finished(run_id, step.id, status="succeeded", key=key,
-                                      output=output, item=item, defer=True)
+                                      output=output, item=item, defer=True,
+                                      event_data={"stderr_tail": stderr[-1]}
+                                      if stderr else None)
+                if stderr:
+                    self._emit("stderr", where, text=stderr[-1])
                 self._crash_at("outcome", step.id, item)
                 return Outcome("succeeded", output=output)
             codes = policy.get("on_exit_codes")
@@ -678,10 +696,11 @@ class Executor:
             return Outcome("failed", error=error)
 
     async def _call(self, step: CheckedStep, arguments: dict[str, Any],
-                    ctx: StepContext) -> Any:
+                    ctx: StepContext, stderr: list[str] | None = None) -> Any:
         if step.tool.kind == "python":
             return await call_python(step.tool, arguments, ctx, self._pool, step.timeout)
-        return await call_command(step.tool, arguments, ctx, self.project, step.timeout)
+        return await call_command(step.tool, arguments, ctx, self.project, step.timeout,
+                                  on_stderr=None if stderr is None else stderr.append)
 
     @staticmethod
     def _check_output(step: CheckedStep, output: Any) -> dict[str, Any] | None:

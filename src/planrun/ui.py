@@ -454,7 +454,8 @@ class PlainProgress:
     #: ... and every tenth of its items (whichever comes first).
     EVERY_FRACTION = 10
 
-    def __init__(self) -> None:
+    def __init__(self, verbose: bool = False) -> None:
+        self.verbose = verbose
         self.started: dict[str, float] = {}
         #: fan-out step → [done, total, done when started here, last line's time, last done]
         self.fans: dict[str, list[Any]] = {}
@@ -477,6 +478,10 @@ class PlainProgress:
         import time
 
         now = time.monotonic()
+        if kind == "stderr":
+            if self.verbose:
+                _stderr_lines(sid, info)
+            return
         if kind == "item_done" and sid in self.fans:
             fan = self.fans[sid]
             fan[0] += 1
@@ -522,6 +527,12 @@ def item_rate(items: int, seconds: float) -> str:
     return f"{rate:.1f} items/s" if rate < 10 else f"{rate:.0f} items/s"
 
 
+def _stderr_lines(where: str, info: dict[str, Any]) -> None:
+    """``-v``: what a command that succeeded wrote on stderr (its kept tail)."""
+    for line in str(info.get("text") or "").splitlines():
+        err(f"planrun: {where} stderr: {line}")
+
+
 def _special(kind: str, info: dict[str, Any]) -> None:
     if kind == "interrupt":
         n = info.get("running", 0)
@@ -542,7 +553,8 @@ class LiveProgress:
     rate), and a line per finished step above them.
     """
 
-    def __init__(self, no_color: bool = False) -> None:
+    def __init__(self, no_color: bool = False, verbose: bool = False) -> None:
+        self.verbose = verbose
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -628,20 +640,27 @@ class LiveProgress:
             from rich.markup import escape
 
             self.console.print(f"{mark} {escape(sid)}{took}{escape(redact.text(detail))}")
+        elif kind == "stderr":
+            if self.verbose:
+                from rich.markup import escape
+
+                for line in str(info.get("text") or "").splitlines():
+                    self.console.print(escape(redact.text(f"  {sid} stderr: {line}")))
         elif kind not in ("item_started", "retried"):
             _special(kind, info)
 
 
-def progress_reporter(quiet: bool, no_color: bool) -> Any:
+def progress_reporter(quiet: bool, no_color: bool, verbose: bool = False) -> Any:
     """The progress display for a run.
 
-    Live on a terminal, plain lines elsewhere, nothing with ``--quiet``. Use it as a
-    context manager around the run.
+    Live on a terminal, plain lines elsewhere, nothing with ``--quiet``. ``verbose``
+    (``-v``) adds what commands that succeeded wrote on stderr. Use it as a context
+    manager around the run.
     """
     import contextlib
 
     if quiet:
         return contextlib.nullcontext(None)
     if is_terminal(sys.stderr) and os.environ.get("TERM") != "dumb":
-        return LiveProgress(no_color)
-    return contextlib.nullcontext(PlainProgress())
+        return LiveProgress(no_color, verbose)
+    return contextlib.nullcontext(PlainProgress(verbose))
