@@ -925,3 +925,33 @@ def test_validate_json_quiet_and_common_flags_before_the_command(tmp_path: Path)
     assert mixed.returncode == 0, mixed
     assert json.loads(mixed.stdout)["status"] == "completed"
     assert mixed.stderr == ""
+
+
+# --- a journal from before projects were recorded -------------------------------------------------
+
+
+def test_a_version_1_journal_is_migrated_and_its_runs_listed(tmp_path: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    from planrun.journal.schema import MIGRATIONS
+
+    journal = Path(os.environ["PLANRUN_JOURNAL"])
+    with closing(sqlite3.connect(journal)) as conn, conn:
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO runs (run_id, root_run_id, plan_name, plan_file, plan_json, digest,"
+            " revision, params_json, contracts_json, status, created_at, finished_at) VALUES"
+            " ('0123456789abcdef', '0123456789abcdef', 'old', 'plans/old.yaml', '{}', 'd', 1,"
+            " '{}', '{}', 'completed', '2026-01-01T00:00:00.000+00:00',"
+            " '2026-01-01T00:00:01.000+00:00')")
+        conn.execute("PRAGMA user_version = 1")
+    app = ops_project(tmp_path / "app")
+    listed = run(app, "runs", "--json")  # a read command: migrates, then reads
+    assert listed.returncode == 0, listed
+    rows = json.loads(listed.stdout)
+    assert [(r["run_id"], r["project"]) for r in rows] == [("0123456789abcdef", None)]
+    assert run(app, "status").returncode == 0  # listed with every project: it is `last`
+    with closing(sqlite3.connect(journal)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] >= 2
