@@ -515,7 +515,8 @@ def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
     """The run's events in order, then new ones as they are written, until the run ends.
 
     Ends when the run's status is no longer ``running`` (its last events read), or when
-    nobody drives it any more (no lease, or the holder's lease expired). ``poll_s``: the
+    nobody drives it any more (no lease, the lease expired, or its holder on this host
+    died). ``poll_s``: the
     seconds between two reads of the journal.
 
     Raises:
@@ -533,7 +534,11 @@ def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
         yield from events
         if events:
             last = events[-1]["id"]
-        driven = row["lease_owner"] is not None and (row["lease_expires"] or 0) > time.time()
+        from .journal.store import holder_alive
+
+        owner = row["lease_owner"]
+        driven = (owner is not None and (row["lease_expires"] or 0) > time.time()
+                  and holder_alive(owner) is not False)
         if row["status"] != "running" or not driven:
             with Journal(settings.journal, write=False) as journal:
                 tail = [e for e in journal.events(run_id) if e["id"] > last]
