@@ -955,3 +955,21 @@ def test_a_version_1_journal_is_migrated_and_its_runs_listed(tmp_path: Path) -> 
     assert run(app, "status").returncode == 0  # listed with every project: it is `last`
     with closing(sqlite3.connect(journal)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] >= 2
+
+
+def test_zsh_and_fish_completion_follow_the_command_line(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def complete(shell: str, line: str) -> str:
+        env = dict(os.environ, _PLANRUN_COMPLETE=f"complete_{shell}",
+                   _TYPER_COMPLETE_ARGS=line, _TYPER_COMPLETE_FISH_ACTION="get-args")
+        return run(elsewhere, env=env).stdout
+
+    assert '"who="' in complete("zsh", f"planrun -C {app} execute hello -p ")
+    assert '"wait"' in complete("zsh", f"planrun -C {app} execute ")
+    assert complete("fish", f"planrun -C {app} execute hello --approve ").split() == [
+        "publish", "hello"]
+    assert complete("fish", f"planrun execute hello -C {app} --approve p").split() == [
+        "publish"]
