@@ -12,8 +12,8 @@ files with exactly these names.
 
 Two runs in the same second would pick the same name. :func:`check_dirs` therefore
 *reserves* the archive name with an exclusive create (``O_CREAT | O_EXCL``) before
-``tar`` writes it: the second run fails with a clear ``FileExistsError`` instead of
-silently overwriting the first run's archive.
+``tar`` writes it; a name already taken is never overwritten: the second run takes the
+name of the next free second instead (so neither it nor a retry of it is a dead end).
 
 Paths: python tools run in the ``planrun`` process's working directory, while command
 tools run in the project folder, so a relative path could mean two different places.
@@ -27,7 +27,7 @@ import json
 import os
 import re
 import tarfile
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypedDict
 
@@ -35,6 +35,8 @@ from typing import TypedDict
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 #: The exact archive name; group 1 is the stamp. Nothing else is ever pruned.
 ARCHIVE_NAME = re.compile(r"^backup-([0-9]{8}T[0-9]{6}Z)\.tar\.gz$")
+#: How many seconds past its stamp an archive name may move when names are taken.
+MAX_STAMP_SHIFT_S = 3600
 #: Suffixes of the sidecar files written next to an archive.
 SIDECAR_SUFFIXES = (".sha256", ".manifest.json")
 _CHUNK = 1 << 20
@@ -118,10 +120,12 @@ def check_dirs(source: str, dest: str, name: str) -> Prepared:
     ``source`` must be an existing directory. ``dest`` is created (with its parents) if
     missing. ``dest`` may be neither ``source`` itself nor inside it, or ``tar`` would
     archive its own output. The archive file ``dest/name`` is then created exclusively as
-    a small placeholder that ``tar`` overwrites; if it already exists (an earlier run in
-    the same second, or any other file of that name) the call fails rather than overwrite
-    it. Calling again with the same planrun idempotency key accepts the placeholder it
-    wrote itself, so the call is safe to repeat after an unknown outcome.
+    a small placeholder that ``tar`` overwrites. If that name is taken (a backup started
+    in the same second, or any other file of that name) nothing is overwritten: the name
+    of the next second is tried, up to :data:`MAX_STAMP_SHIFT_S` seconds later, so that
+    neither this run nor a retry of it fails on a taken stamp (issue 10, bug 5). Calling
+    again with the same planrun idempotency key accepts the placeholder it wrote itself
+    (at whichever second), so the call is safe to repeat after an unknown outcome.
 
     Args:
         source: directory to back up (relative paths are taken from the current working
@@ -131,14 +135,15 @@ def check_dirs(source: str, dest: str, name: str) -> Prepared:
 
     Returns:
         ``{"source", "dest", "archive"}``: absolute paths with symlinks resolved;
-        ``archive`` is ``dest/name``.
+        ``archive`` is ``dest/name`` (or the name of a later second when it was taken).
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
         NotADirectoryError: ``source`` or ``dest`` exists but is not a directory.
         ValueError: ``name`` is not an archive name, or ``dest`` is ``source`` or lies
             inside it.
-        FileExistsError: ``dest/name`` already exists (not this call's reservation).
+        FileExistsError: ``dest/name`` and the names of the next
+            :data:`MAX_STAMP_SHIFT_S` seconds all exist (none this call's reservation).
     """
     match = ARCHIVE_NAME.fullmatch(name)
     if match is None or _stamp_time(match.group(1)) is None:
@@ -160,23 +165,30 @@ def check_dirs(source: str, dest: str, name: str) -> Prepared:
     dst = dst.resolve(strict=True)
     if dst == src or dst.is_relative_to(src):  # a symlink created meanwhile
         raise ValueError(f"dest {str(dst)!r} is inside source {str(src)!r}")
-    archive = dst / name
     marker = _reservation_marker()
-    try:
-        fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
+    base = _stamp_time(match.group(1))
+    assert base is not None
+    for later in range(MAX_STAMP_SHIFT_S + 1):
+        stamp = (base + timedelta(seconds=later)).strftime(STAMP_FORMAT)
+        archive = dst / f"backup-{stamp}.tar.gz"
         try:
-            ours = archive.is_file() and archive.read_text(errors="replace") == marker
-        except OSError:
-            ours = False
-        if not ours:
-            raise FileExistsError(
-                f"{archive} already exists (a backup started in the same second?); "
-                "refusing to overwrite it: start a new run (a retry of this run would "
-                "reuse the same stamp)") from None
-    else:
+            fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                ours = archive.is_file() and archive.read_text(errors="replace") == marker
+            except OSError:
+                ours = False
+            if ours:
+                break
+            continue  # taken (another backup in that second): try the next second
         with os.fdopen(fd, "w") as f:
             f.write(marker)
+        break
+    else:
+        raise FileExistsError(
+            f"{dst / name} and the archive names of the next {MAX_STAMP_SHIFT_S} seconds "
+            "all exist; refusing to overwrite any: remove stray backup-*.tar.gz files "
+            "from dest, then retry")
     return {"source": str(src), "dest": str(dst), "archive": str(archive)}
 
 

@@ -325,13 +325,23 @@ def test_check_dirs_creates_dest_and_reserves_name(tmp_path: Path) -> None:
     assert (dest / name).is_file()  # the reservation
 
 
-def test_check_dirs_refuses_same_second_collision(tmp_path: Path) -> None:
+def test_check_dirs_never_overwrites_a_same_second_archive(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
     source = make_source(tmp_path)
     dest = tmp_path / "dest"
     name = "backup-20240101T000000Z.tar.gz"
     bt.check_dirs(source=str(source), dest=str(dest), name=name)
     (dest / name).write_bytes(b"first run's archive")
 
+    # Issue 10, bug 5: the next free second is taken instead of failing (a retry of a
+    # run that failed here would have reused the same stamp forever).
+    out = bt.check_dirs(source=str(source), dest=str(dest), name=name)
+    assert out["archive"] == str(dest.resolve() / "backup-20240101T000001Z.tar.gz")
+    assert (dest / name).read_bytes() == b"first run's archive"
+    # Every name of the window taken: refused, nothing overwritten.
+    monkeypatch.setattr(bt, "MAX_STAMP_SHIFT_S", 2)
+    (dest / "backup-20240101T000002Z.tar.gz").write_bytes(b"x")
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
         bt.check_dirs(source=str(source), dest=str(dest), name=name)
     assert (dest / name).read_bytes() == b"first run's archive"
@@ -346,8 +356,8 @@ def test_check_dirs_accepts_its_own_reservation(tmp_path: Path,
     again = bt.check_dirs(source=str(source), dest=str(tmp_path / "dest"), name=name)
     assert again == first
     monkeypatch.setattr(bt, "_reservation_marker", lambda: "reservation of call L\n")
-    with pytest.raises(FileExistsError):
-        bt.check_dirs(source=str(source), dest=str(tmp_path / "dest"), name=name)
+    other = bt.check_dirs(source=str(source), dest=str(tmp_path / "dest"), name=name)
+    assert other["archive"] != first["archive"]  # another call's reservation is kept
 
 
 @pytest.mark.parametrize("where", ["same", "inside", "symlink"])

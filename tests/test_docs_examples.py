@@ -484,3 +484,76 @@ def test_a_working_example_passes(tmp_path: Path, planrun_command: str) -> None:
             "$ PLANRUN_TEST_CRASH=x planrun execute nothing < /dev/null | cat   # exit 3\n"
             "no plan named 'nothing'\n```\n")
     run_markdown(page, "good.md", tmp_path, planrun_command)
+
+
+# --- the README's unattended recipe ------------------------------------------------------------
+
+
+def _readme_section_blocks(heading: str) -> list[Block]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return parse_blocks(section, f"README.md#{heading}")
+
+
+def _copy_project(target: Path) -> None:
+    """This repository's planrun project (tools, their modules, plans) into ``target``."""
+    import shutil
+
+    target.mkdir(parents=True)
+    for name in ("tools.yaml", "backup_tools.py", "tree_tools.py"):
+        shutil.copy(ROOT / name, target / name)
+    shutil.copytree(ROOT / "plans", target / "plans")
+
+
+def test_readme_unattended_recipe_runs_as_written(tmp_path: Path) -> None:
+    """Issue 10, bug 1: the cron line and planrun.toml of "Running unattended", verbatim.
+
+    No terminal, no ``--approve``: the grant must clear ``prune`` every night. The cron
+    command (the crontab line without its five time fields) runs with ``sh`` as cron runs
+    it, with ``HOME`` a fresh folder holding the project in ``~/app`` and the data in
+    ``~/data``; the journal is the default one of that user.
+    """
+    blocks = _readme_section_blocks("Running unattended")
+    toml_text = next(b.body for b in blocks if b.lang == "toml")
+    cron = next(b.body for b in blocks if b.lang == "cron")
+    entry = next(line for line in cron.splitlines() if line.strip() and
+                 not line.startswith("#"))
+    command = entry.split(None, 5)[5]
+    home = tmp_path / "cronhome"
+    _copy_project(home / "app")
+    (home / "app" / "planrun.toml").write_text(toml_text, encoding="utf-8")
+    data = home / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "a.txt").write_text("alpha\n", encoding="utf-8")
+    (data / "sub" / "b.txt").write_text("beta\n", encoding="utf-8")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "planrun"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m planrun "$@"\n',
+                    encoding="utf-8")
+    shim.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLANRUN_", "XDG_"))}
+    env.update(HOME=str(home), PATH=f"{bin_dir}:/usr/bin:/bin", NO_COLOR="1")
+
+    def sh(cmd: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", cmd], cwd=tmp_path, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    proc = sh(command)
+    err = (home / "planrun.err").read_text(encoding="utf-8")
+    assert proc.returncode == 0, (proc, err)
+    manifest = json.loads((home / "planrun.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "completed", (manifest, err)
+    steps = {s["id"]: s for s in manifest["steps"]}
+    assert steps["prune"]["approved_by"] == "nightly-prune"
+    archives = sorted((home / "backups").glob("backup-*.tar.gz"))
+    assert len(archives) == 1
+    check = subprocess.run(["sha256sum", "-c", archives[0].name + ".sha256"],
+                           cwd=home / "backups", capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check
+    # The static checks agree that nothing in the project is beyond its grants.
+    for static in ("planrun policy check --strict", "planrun validate --strict nightly-backup"):
+        proc = sh(f'cd "$HOME/app" && {static}')
+        assert proc.returncode == 0, (static, proc)
+        assert "ungrantable" not in proc.stdout + proc.stderr

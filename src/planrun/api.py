@@ -144,7 +144,76 @@ def _check(settings: Settings, name: str, registry: Any, given: ParamInput | Non
         return Loaded(PlanReport(file=shown, issues=list(exc.issues)), None, path=path)
     report, plan = check_plan(doc, registry, settings, given, concrete=concrete,
                               name_hint=plan_name(path, doc))
+    if plan is not None:
+        report.issues.extend(grant_warnings(plan, doc))
     return Loaded(report, plan, document=doc.data, path=path)
+
+
+def grant_warnings(plan: CheckedPlan, doc: Any = None) -> list[Issue]:
+    """``ungrantable`` warnings: steps the policy means grants to clear, that none ever can.
+
+    A step needing clearance whose tool (or class) a grant names, or whose class is
+    ``act``, but whose arguments (or ``for_each``) are only known at run time: no grant
+    can check them before the run, so an unattended run always stops with exit 4
+    (issue 10, bug 1). ``doc`` (a :class:`~planrun.loading.Document`) locates the issue.
+    """
+    from .params import StepRef, Template
+
+    def steps_read(value: Any) -> bool:  # a Template holding {steps.…}: run time only
+        if isinstance(value, Template):
+            return any(isinstance(r, StepRef) for r in value.refs())
+        if isinstance(value, dict):
+            return any(steps_read(v) for v in value.values())
+        if isinstance(value, list):
+            return any(steps_read(v) for v in value)
+        return False
+
+    def templated(value: Any) -> bool:
+        if isinstance(value, Template):
+            return True
+        if isinstance(value, dict):
+            return any(templated(v) for v in value.values())
+        if isinstance(value, list):
+            return any(templated(v) for v in value)
+        return False
+
+    policy = plan.policy
+    if policy is None:
+        return []
+    out: list[Issue] = []
+    for step in plan.steps:
+        if not step.approval_reason or step.approval_reason == "escalate":
+            continue
+        literal = isinstance(step.for_each, list) and not templated(step.for_each)
+        if step.for_each is not None and not literal:
+            what = "for_each"
+        elif (steps_read(step.arguments) if step.for_each is not None
+              else templated(step.arguments)):
+            what = "arguments"
+        else:
+            continue
+        c = step.tool.name
+        cls = policy.class_of(c)
+        names = [g.id for g in policy.grants
+                 if g.tool == c or (cls is not None and g.cls == cls[0])]
+        if not names and not (cls is not None and cls[1] == "act"):
+            continue
+        which = (f"grant {', '.join(repr(n) for n in names)} names"
+                 if names else f"class {cls[0]!r} (level act) holds" if cls else "")
+        path = f"/steps/{step.index}/{what}"
+        line = col = None
+        if doc is not None:
+            with contextlib.suppress(Exception):
+                line, col = doc.locate(path)
+        out.append(Issue(
+            code="ungrantable", severity="warning", step=step.id, path=path,
+            file=plan.file or None, line=line, column=col,
+            message=f"step {step.id!r}: no grant can ever clear it unattended: "
+            f"{which} its tool {c!r}, but its {what} are only known at run time, and a "
+            "grant checks arguments before the run. An unattended run (cron, CI) stops "
+            f"with exit 4; give the {what} from parameters or literals, or clear the step "
+            f"with --approve {step.id}"))
+    return out
 
 
 def _shown(path: Path, settings: Settings) -> str:
@@ -189,7 +258,14 @@ def policy_check(settings: Settings) -> Report:
     shown = shown_path(settings.config_file) if settings.config_file else None
     policy, _ = load_policy(settings.policy or {}, set(registry.tools), shown)
     irreversible = {name: spec.entry.irreversible for name, spec in registry.tools.items()}
-    return Report(issues=lint(policy, irreversible, shown))
+    report = Report(issues=lint(policy, irreversible, shown))
+    # The plans of the project: a step that no grant can ever clear is a warning here too.
+    from .paths import plan_names
+
+    for name in plan_names(settings.plans_dir):
+        loaded = check(settings, name, registry, None, concrete=False)
+        report.issues.extend(i for i in loaded.report.issues if i.code == "ungrantable")
+    return report
 
 
 def plan_for_viewing(settings: Settings, name: str, given: ParamInput | None = None
@@ -245,10 +321,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         raise Refused(f"plan {name!r} was refused", code=_first_code(loaded.report),
                       report=report)
     plan = loaded.plan
-    unknown = [s for s in approve if s not in plan.by_id]
-    if unknown:
-        raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step "
-                         f"(steps: {', '.join(plan.by_id)})")
+    check_approve(approve, plan)
     requests = [approval.request_for(s) for s in plan.steps if s.approval_reason]
     if dry_run:
         return DryRun(plan=plan, order=plan.order(), approvals=requests)
@@ -260,7 +333,8 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         created = now()
         journal.create_run(run={
             "run_id": run_id, "root_run_id": run_id, "parent_run_id": None,
-            "plan_name": plan.name, "plan_file": plan.file, "plan_json": dumps(plan.document),
+            "plan_name": plan.name, "plan_file": journaled_path(loaded.path, settings),
+            "project": project_key(settings), "plan_json": dumps(plan.document),
             "digest": plan.digest, "revision": plan.revision, "goal": plan.goal,
             "params_json": dumps(runner.stored_params(plan)),
             "contracts_json": dumps(runner.contracts(plan)),
@@ -280,6 +354,50 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
             return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                                 owner=owner, max_parallel=parallel, keep_going=keep_going,
                                 progress=progress, fresh=True)
+
+
+def check_approve(approve: Sequence[str], plan: CheckedPlan) -> None:
+    """Refuse ``--approve`` naming no step of the plan, suggesting the closest step.
+
+    Raises:
+        UsageError: ``usage`` (exit 2), e.g. ``--approve 'pubish': the plan has no such
+            step. Did you mean 'publish'?``.
+    """
+    from .issues import did_you_mean
+
+    unknown = [s for s in approve if s not in plan.by_id]
+    if unknown:
+        needs = [s.id for s in plan.steps if s.approval_reason]
+        raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step."
+                         + did_you_mean(unknown[0], plan.by_id),
+                         hint=f"Steps: {', '.join(plan.by_id)}"
+                         + (f"; needing approval: {', '.join(needs)}." if needs else "."))
+
+
+def project_key(settings: Settings) -> str:
+    """The project folder as journaled with each run: absolute, symlinks resolved."""
+    try:
+        return str(settings.project.resolve())
+    except OSError:
+        return str(settings.project)
+
+
+def journaled_path(path: Path | None, settings: Settings) -> str | None:
+    """A plan file's path as journaled: relative to the project folder when inside it.
+
+    With the run's ``project`` column it means the same from any current folder (issue
+    10, bug 3); a file outside the project is journaled absolute.
+    """
+    if path is None:
+        return None
+    try:
+        full = path.resolve()
+    except OSError:
+        full = path.absolute()
+    try:
+        return str(full.relative_to(project_key(settings)))
+    except ValueError:
+        return str(full)
 
 
 def file_sha256(path: Path | None, plan: CheckedPlan | None = None) -> str | None:
@@ -324,7 +442,8 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
     with Journal(settings.journal, write=True) as journal:
         journal.refuse_run(run={
             "run_id": run_id, "root_run_id": run_id, "plan_name": str(name),
-            "plan_file": loaded.report.file, "plan_json": dumps(data), "digest": dig,
+            "plan_file": journaled_path(loaded.path, settings),
+            "project": project_key(settings), "plan_json": dumps(data), "digest": dig,
             "revision": revision if isinstance(revision, int) and not isinstance(
                 revision, bool) and 1 <= revision <= MAX_STORED_INT else 1,
             "goal": data.get("goal") if isinstance(data, dict) and isinstance(
@@ -341,14 +460,16 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
 # --- reading ---------------------------------------------------------------------------
 
 
-def _reader(settings: Settings) -> Any:
+def _reader(settings: Settings, write: bool = False) -> Any:
     from .journal import Journal
 
-    return Journal(settings.journal, write=False)
+    journal = Journal(settings.journal, write=write)
+    journal.project = project_key(settings)  # what `last` means here
+    return journal
 
 
-def status(settings: Settings, run_ref: str) -> dict[str, Any]:
-    """The manifest of a run (id or unique prefix).
+def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
+    """The manifest of a run (id, unique prefix, or ``last``: this project's latest run).
 
     Raises:
         RunError: ``unknown_run`` (exit 5).
@@ -360,13 +481,18 @@ def status(settings: Settings, run_ref: str) -> dict[str, Any]:
 
 
 def runs(settings: Settings, *, plan: str | None = None, status: str | None = None,
-         limit: int | None = None) -> list[dict[str, Any]]:
-    """Run summaries, newest first."""
+         limit: int | None = None, all_projects: bool = False) -> list[dict[str, Any]]:
+    """Run summaries, newest first: this project's (``all_projects``: every project's).
+
+    Each has ``project``: the folder the run was started in (None for runs journaled
+    before planrun recorded it; those are listed with every project).
+    """
     with _reader(settings) as journal:
-        return list(journal.list_runs(plan=plan, status=status, limit=limit))
+        return list(journal.list_runs(plan=plan, status=status, limit=limit,
+                                      project=None if all_projects else journal.project))
 
 
-def log(settings: Settings, run_ref: str) -> tuple[str, list[dict[str, Any]]]:
+def log(settings: Settings, run_ref: str = "last") -> tuple[str, list[dict[str, Any]]]:
     """(run id, the run's events in order)."""
     with _reader(settings) as journal:
         run_id = journal.resolve_run_id(run_ref)
@@ -393,3 +519,133 @@ def output(settings: Settings, run_ref: str, step: str, item: int | None = None)
             raise RunError(f"step {step!r} of run {run_id} is {state}; it has no output",
                            code="no_output")
         return value
+
+
+def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
+           after: int = 0) -> Iterator[dict[str, Any]]:
+    """The run's events in order, then new ones as they are written, until the run ends.
+
+    Ends when the run's status is no longer ``running`` (its last events read), or when
+    nobody drives it any more (no lease, the lease expired, or its holder on this host
+    died). ``poll_s``: the
+    seconds between two reads of the journal.
+
+    Raises:
+        RunError: ``unknown_run`` (exit 5).
+    """
+    from .journal import Journal
+
+    last = after
+    while True:
+        with _reader(settings) as journal:
+            run_id = journal.resolve_run_id(run_ref)
+            run_ref = run_id
+            events = [e for e in journal.events(run_id) if e["id"] > last]
+            row = journal.run_row(run_id)
+        yield from events
+        if events:
+            last = events[-1]["id"]
+        from .journal.store import holder_alive
+
+        owner = row["lease_owner"]
+        driven = (owner is not None and (row["lease_expires"] or 0) > time.time()
+                  and holder_alive(owner) is not False)
+        if row["status"] != "running" or not driven:
+            with Journal(settings.journal, write=False) as journal:
+                tail = [e for e in journal.events(run_id) if e["id"] > last]
+            yield from tail
+            return
+        time.sleep(poll_s)
+
+
+def parse_age(text: str) -> float:
+    """Seconds of an age such as ``30d``, ``12h``, ``90m``, ``2w``, ``45s``.
+
+    Raises:
+        UsageError: not a positive whole number followed by s, m, h, d or w (exit 2).
+    """
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
+    if not m or int(m.group(1)) == 0:
+        raise UsageError(f"--older-than {text!r}: give a number and a unit, e.g. 30d, 12h, "
+                         "90m, 2w (s, m, h, d, w)")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[
+        m.group(2)]
+
+
+def prune(settings: Settings, *, older_than: str, status: str | None = None,
+          plan: str | None = None, all_projects: bool = False,
+          dry_run: bool = False) -> dict[str, Any]:
+    """Delete runs started more than ``older_than`` ago, then reclaim the space.
+
+    Only this project's runs unless ``all_projects``; ``status`` and ``plan`` narrow it.
+    Each run goes with its steps, items, approvals, events and idempotency keys (a later
+    run can no longer replay those calls).
+
+    Returns:
+        ``{"deleted": [run ids], "events": n, "keys": n}`` (``dry_run``: what would go).
+
+    Raises:
+        UsageError: a malformed ``older_than`` (exit 2).
+        RunError: ``run_busy`` when a selected run is driven by a live process (exit 5).
+    """
+    from datetime import UTC, datetime, timedelta
+
+    age = parse_age(older_than)
+    before = (datetime.now(UTC) - timedelta(seconds=age)).isoformat(timespec="milliseconds")
+    with _reader(settings, write=not dry_run) as journal:
+        if journal.conn is None:
+            return {"deleted": [], "events": 0, "keys": 0}
+        ids = journal.select_runs(before=before, status=status, plan=plan,
+                                  project=None if all_projects else journal.project)
+        if dry_run:
+            return {"deleted": ids, "events": 0, "keys": 0}
+        counts = journal.delete_runs(ids)
+    return {"deleted": ids, "events": counts["events"], "keys": counts["keys"]}
+
+
+def forget(settings: Settings, run_ref: str) -> dict[str, Any]:
+    """Delete one run and everything of its (idempotency keys too), then reclaim space.
+
+    Returns ``{"deleted": [run id], "events": n, "keys": n}``.
+
+    Raises:
+        RunError: ``unknown_run``; ``run_busy`` when a live process drives it (exit 5).
+    """
+    with _reader(settings, write=True) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        counts = journal.delete_runs([run_id])
+    return {"deleted": [run_id], "events": counts["events"], "keys": counts["keys"]}
+
+
+def plans(settings: Settings) -> list[dict[str, Any]]:
+    """The plans of the plans folder: name, revision, goal, steps, what needs approval.
+
+    Each: ``{"name", "file", "revision", "goal", "steps", "needs_approval": [step ids],
+    "ok", "issues"}`` (a plan that does not pass validation has ``ok`` false and its
+    issue count; its other fields are what could be read).
+
+    Raises:
+        Refused: the registry or configuration is invalid (exit 3).
+    """
+    from .paths import plan_names
+
+    registry = load_registry(settings)
+    out = []
+    for name in plan_names(settings.plans_dir):
+        loaded = check(settings, name, registry, None, concrete=False)
+        p = loaded.plan
+        doc = loaded.document if isinstance(loaded.document, dict) else {}
+        errors = [i for i in loaded.report.issues if i.severity == "error"]
+        steps = doc.get("steps")
+        out.append({
+            "name": p.name if p else name,
+            "file": loaded.report.file,
+            "revision": p.revision if p else doc.get("revision", 1),
+            "goal": p.goal if p else doc.get("goal"),
+            "steps": len(p.steps) if p else len(steps) if isinstance(steps, list) else 0,
+            "needs_approval": [s.id for s in p.steps if s.approval_reason] if p else [],
+            "ok": not errors, "issues": len(errors),
+        })
+    return out

@@ -84,17 +84,18 @@ def internal_error(exc: BaseException, where: str, run_id: str) -> dict[str, Any
     """The journaled error of an unexpected exception in planrun: code ``internal``.
 
     ``message`` names the exception type and text (never the traceback, which goes to
-    ``traceback`` and is shown only by ``planrun log RUN --tracebacks``).
+    ``traceback`` and is shown only by ``planrun log RUN --tracebacks``). Both are in
+    reference form: a secret value they quote is stored as a reference (SPEC §7).
     """
     import traceback
 
     try:
-        text = str(exc)
+        text = redact.conceal_text(str(exc))
     except Exception:
         text = "<the exception's message could not be read>"
     what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     try:
-        tb = "".join(traceback.format_exception(exc))
+        tb = redact.conceal_text("".join(traceback.format_exception(exc)))
     except Exception:
         tb = what
     return {"code": "internal", "type": type(exc).__name__,
@@ -271,6 +272,8 @@ class Executor:
     abandoned: int = 0
     signal_exit: int | None = None
     lost: bool = False
+    #: Tool calls running now (each fan-out item is one).
+    _calls: int = 0
 
     def run(self) -> str:
         """Run to the end.
@@ -303,7 +306,12 @@ class Executor:
             lost.abandoned_calls = self.abandoned  # type: ignore[attr-defined]
             raise lost
         if self.signal_exit is not None:
-            return "interrupted"
+            if any(st.status not in ("succeeded", "failed", "skipped")
+                   for st in self.state.values()):
+                return "interrupted"
+            # Every call finished within the grace period and nothing is left to run: the
+            # run ends as what it is, not "interrupted" (issue 10, bug 6).
+            self.signal_exit = None
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
         return "failed" if bad else "completed"
 
@@ -322,20 +330,20 @@ class Executor:
         if self.signal_exit is None:
             self.signal_exit = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
             self.stopping = "interrupted"
-            n = len(self._running)
+            n = self._calls  # tool calls, fan-out items each (not steps)
             self._emit("interrupt", "", running=n, grace_s=self.grace_s)
-            if n:
+            if self._running:
                 self._grace = asyncio.get_running_loop().call_later(
                     self.grace_s, self._cancel_running)
         elif signum == signal.SIGINT:
-            self._emit("cancel", "", running=len(self._running))
+            self._emit("cancel", "", running=self._calls)
             self._cancel_running()
 
     def _run_timeout(self) -> None:
         """The plan's whole-run ``timeout`` ran out: stop and cancel what is running."""
         self.stopping = f"the run's timeout of {self.plan.timeout} s ran out"
         self.cancel_reason = ("timeout", self.stopping)
-        self._emit("timeout", "", running=len(self._running))
+        self._emit("timeout", "", running=self._calls)
         self._cancel_running()
 
     def _cancel_running(self) -> None:
@@ -845,7 +853,12 @@ class Executor:
                               idempotency_key=key, attempt=attempt)
             try:
                 inject_fault("dispatch", step.id, item)
-                output = await self._call(step, arguments, ctx)
+                self._calls += 1
+                stderr: list[str] = []
+                try:
+                    output = await self._call(step, arguments, ctx, stderr)
+                finally:
+                    self._calls -= 1
                 self._crash_at("call", step.id, item)
                 inject_fault("call", step.id, item)
                 error = self._check_output(step, output)
@@ -881,8 +894,14 @@ class Executor:
                 return Outcome("indeterminate", error=error)
             if error is None:
                 output = redact.conceal(output)  # a secret it echoes is stored as a reference
+                # A command that succeeded but wrote on stderr: its tail is kept with the
+                # step_succeeded event (planrun log) and shown with -v (issue 10, bug 7).
                 journal.step_finished(run_id, step.id, status="succeeded", key=key,
-                                      output=output, item=item, defer=True)
+                                      output=output, item=item, defer=True,
+                                      event_data={"stderr_tail": stderr[-1]}
+                                      if stderr else None)
+                if stderr:
+                    self._emit("stderr", where, text=stderr[-1])
                 self._crash_at("outcome", step.id, item)
                 return Outcome("succeeded", output=output)
             codes = policy.get("on_exit_codes")
@@ -903,7 +922,7 @@ class Executor:
             return Outcome("failed", error=error)
 
     async def _call(self, step: CheckedStep, arguments: dict[str, Any],
-                    ctx: StepContext) -> Any:
+                    ctx: StepContext, stderr: list[str] | None = None) -> Any:
         if step.tool.kind == "python":
             return await call_python(step.tool, arguments, ctx, self._pool, step.timeout)
         # The command's group is known to the keeper from before it runs, and journaled
@@ -920,7 +939,8 @@ class Executor:
 
         try:
             return await call_command(step.tool, arguments, ctx, self.project, step.timeout,
-                                      on_start=started, preexec=self._keeper.preexec)
+                                      on_start=started, preexec=self._keeper.preexec,
+                                      on_stderr=None if stderr is None else stderr.append)
         finally:
             for group in groups:
                 self._groups.discard(group.pgid)

@@ -39,9 +39,19 @@ ISSUE_CODES: dict[str, str] = {
     "or `{item}` outside `for_each`",
     "refused": "the policy refuses this tool outright",
     "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
+    "ungrantable": "(warning) a grant names the step's tool, but no grant can ever clear the "
+    "step: its arguments are only known at run time",
 }
 
 Severity = Literal["error", "warning"]
+
+
+def did_you_mean(name: str, choices: Any) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``choices`` to ``name``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,9 @@ def changed_plan_note(settings: Settings, row: dict[str, Any]) -> str | None:
     then = json.loads(row.get("options_json") or "{}").get("file_sha256")
     if not shown or not then:
         return None
-    for base in (Path.cwd(), settings.project):
+    # The run's own project folder first (journaled since schema 2); older runs: here.
+    bases = [Path(row["project"])] if row.get("project") else []
+    for base in (*bases, Path.cwd(), settings.project):
         path = base / shown
         if path.is_file():
             if file_sha256(path) != then:
@@ -286,9 +288,9 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
         try:
             plan = _replan(journal, settings, row, given)
             if approve:
-                unknown = [s for s in approve if s not in plan.by_id]
-                if unknown:
-                    raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step")
+                from .api import check_approve
+
+                check_approve(approve, plan)
             found = analyse(journal.step_rows(run_id), plan,
                             json.loads(row["contracts_json"]), _items(journal, run_id))
             if found.blocked:
@@ -381,10 +383,11 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
                      "expires_in_s": round((row["lease_expires"] or 0) - time.time(), 1)}
         calls = journal.calls(run_id)
         busy = any(c["alive"] is not False for c in calls)
+        note = changed_plan_note(settings, row)
         return {"run_id": run_id, "status": row["status"], "lease": lease, "calls": calls,
                 "revalidation": {"ok": problems is None, "issues": problems or []},
                 "would_stop": bool(found.blocked) or problems is not None or busy,
-                "steps": found.explain}
+                "steps": found.explain, "notes": [note] if note else []}
 
 
 def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
@@ -414,6 +417,9 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
             if item is None and journal.item_rows(run_id, step):
                 raise UsageError(f"step {step!r} fans out: resolve its indeterminate items "
                                  "one by one with --item N")
+            if succeeded:
+                _check_resolved_output(settings, journal.run_row(run_id), step, item,
+                                       value, output is not None)
             journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
                                  reason=reason, decided_by=user_name(), item=item)
         finally:
@@ -423,11 +429,82 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
         return manifest.build(journal, run_id)
 
 
+def _readers(document: Any, step: str) -> list[str]:
+    """Ids of the plan's steps that read ``step``'s output.
+
+    In their arguments, ``for_each`` or ``when``.
+    """
+    import re
+
+    from .params import StepRef, references
+
+    out = []
+    for s in (document.get("steps") or []) if isinstance(document, dict) else []:
+        if not isinstance(s, dict):
+            continue
+        used = {"arguments": s.get("arguments"), "for_each": s.get("for_each")}
+        reads = any(isinstance(ref, StepRef) and ref.step == step
+                    for _ptr, ref in references(used))
+        when = s.get("when")
+        if not reads and isinstance(when, str):
+            reads = re.search(rf"\bsteps\.{re.escape(step)}\b", when) is not None
+        if reads:
+            out.append(str(s.get("id")))
+    return out
+
+
+def _check_resolved_output(settings: Settings, row: dict[str, Any], step: str,
+                           item: int | None, value: Any, given: bool) -> None:
+    """Refuse a ``resolve --succeeded`` whose output later steps could not use.
+
+    Without ``--output`` the output is null: refused when a later step reads it (it would
+    fail on the null, and a succeeded step cannot be resolved again). A given output must
+    fit the tool's ``output_schema`` (per item for a fan-out) in the current registry.
+
+    Raises:
+        UsageError: ``usage`` (exit 2), naming the readers or the schema problem.
+    """
+    what = f"step {step!r}" + (f" item {item}" if item is not None else "")
+    readers = _readers(json.loads(row["plan_json"]), step)
+    if not given and readers:
+        raise UsageError(f"{what}: later steps read its output ({', '.join(readers)}), so "
+                         "resolving it as succeeded needs the output it produced",
+                         hint="Give it with --output JSON (as `planrun output` would print "
+                         "it), or resolve it --failed.")
+    if not given:
+        return
+    try:
+        from .api import load_registry
+
+        registry = load_registry(settings)
+    except Exception:  # no registry to check against: the journal keeps what was given
+        return
+    tool = None
+    for s in json.loads(row["plan_json"]).get("steps") or []:
+        if isinstance(s, dict) and s.get("id") == step:
+            tool = s.get("tool")
+    spec = registry.tools.get(tool) if isinstance(tool, str) else None
+    schema = getattr(getattr(spec, "entry", None), "output_schema", None)
+    if not schema:
+        return
+    from .registry import strict_validator
+
+    errors = [e.message for e in strict_validator(schema).iter_errors(value)]
+    if errors:
+        raise UsageError(f"--output does not fit the output_schema of tool {tool!r} "
+                         f"({what}): {errors[0]}",
+                         hint="Give the output the tool would have returned.")
+
+
 def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
           approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
           max_parallel: int | None = None, keep_going: bool = False,
-          progress: Any = None) -> dict[str, Any]:
+          progress: Any = None, from_step: str | None = None) -> dict[str, Any]:
     """Start a child run of a failed run that inherits its succeeded steps (SPEC §7).
+
+    ``from_step`` (``retry RUN --from STEP``): the run may also be ``completed``; STEP and
+    every step after it (its descendants) run again even if they succeeded, under fresh
+    idempotency keys (the lineage's keys of those steps are released first).
 
     Raises:
         RunError: ``unknown_run``, ``run_not_resumable`` (the run is not failed),
@@ -439,17 +516,23 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
     with Journal(settings.journal, write=True) as journal:
         parent_id = journal.resolve_run_id(run_ref)
         row = journal.run_row(parent_id)
-        if row["status"] != "failed":
+        allowed = ("failed", "completed") if from_step else ("failed",)
+        if row["status"] not in allowed:
             hint = (f"Use planrun resume {parent_id}." if row["status"] in RESUMABLE
+                    else f"Re-run steps with planrun retry {parent_id} --from STEP, or "
+                    "start a new run with planrun execute." if row["status"] == "completed"
                     else "Start a new run with planrun execute.")
             raise RunError(f"run {parent_id} is {row['status']}; only a failed run is "
-                           "retried", code="run_not_resumable", hint=hint)
+                           "retried" + (" (or a completed one, with --from)"
+                                        if not from_step else ""),
+                           code="run_not_resumable", hint=hint)
         # The parent's lease is held for the whole child run: two retries of one run at
         # once would both re-run its failed steps.
-        journal.take_lease(parent_id, owner, statuses=("failed",))
+        journal.take_lease(parent_id, owner, statuses=allowed)
         try:
             return _retry_child(journal, settings, row, given, owner, approve or [],
-                                approve_all, approver, max_parallel, keep_going, progress)
+                                approve_all, approver, max_parallel, keep_going, progress,
+                                from_step)
         finally:
             journal.release_lease(parent_id, owner)
 
@@ -457,10 +540,14 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
 def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
                  given: ParamInput | None, owner: str, approve: list[str],
                  approve_all: bool, approver: Any, max_parallel: int | None,
-                 keep_going: bool, progress: Any) -> dict[str, Any]:
+                 keep_going: bool, progress: Any, from_step: str | None = None
+                 ) -> dict[str, Any]:
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
     parent_id = row["run_id"]
     plan = _replan(journal, settings, row, given)
+    from .api import check_approve
+
+    check_approve(approve, plan)
     parent_rows = journal.step_rows(parent_id)
     unknown: list[tuple[str, int | None]] = [
         (r["step_id"], None) for r in parent_rows if r["status"] in (
@@ -470,15 +557,19 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
         # A child run would call them again without anyone knowing whether the first call
         # had its effect: a person settles them first.
         raise _indeterminate_error(parent_id, unknown, then="retry")
+    again: set[str] = set()
+    if from_step is not None:
+        again = _from_and_after(plan, from_step)
+        journal.release_keys(row["root_run_id"], sorted(again))
     inherited = [r["step_id"] for r in parent_rows if r["status"] == "succeeded"
-                 and r["step_id"] in plan.by_id]
+                 and r["step_id"] in plan.by_id and r["step_id"] not in again]
     child = new_run_id()
     options = json.loads(row["options_json"] or "{}")
     parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
     journal.create_run(run={
         "run_id": child, "root_run_id": row["root_run_id"], "parent_run_id": parent_id,
         "plan_name": row["plan_name"], "plan_file": row["plan_file"],
-        "plan_json": row["plan_json"], "digest": row["digest"],
+        "project": row.get("project"), "plan_json": row["plan_json"], "digest": row["digest"],
         "revision": row["revision"], "goal": row["goal"],
         "params_json": dumps(runner.stored_params(plan)),
         "contracts_json": dumps(runner.contracts(plan)),
@@ -519,6 +610,29 @@ def _drive_child(journal: Journal, settings: Settings, row: dict[str, Any],
     if note:
         result["_notes"] = [note]
     return result
+
+
+def _from_and_after(plan: CheckedPlan, step: str) -> set[str]:
+    """``step`` and every step that depends on it, directly or not.
+
+    Raises:
+        UsageError: ``unknown_step`` when the plan has no such step (exit 2).
+    """
+    if step not in plan.by_id:
+        from .issues import did_you_mean
+
+        raise UsageError(f"--from {step!r}: the plan has no such step."
+                         + did_you_mean(step, plan.by_id), code="unknown_step",
+                         hint=f"Steps: {', '.join(plan.by_id)}.")
+    out = {step}
+    changed = True
+    while changed:
+        changed = False
+        for s in plan.steps:
+            if s.id not in out and any(d in out for d in s.depends_on):
+                out.add(s.id)
+                changed = True
+    return out
 
 
 def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:

@@ -16,17 +16,44 @@ from .journal import Journal, count_summary
 RESUMABLE = ("interrupted", "running")
 
 
-def _duration(start: str | None, end: str | None) -> float | None:
+def _duration(start: str | None, end: str | None,
+              gaps: list[tuple[datetime, datetime]] | None = None) -> float | None:
+    """Seconds from ``start`` to ``end``, less the idle ``gaps`` inside (working time)."""
     if not start or not end:
         return None
-    delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
-    return round(delta.total_seconds(), 3)
+    a, b = datetime.fromisoformat(start), datetime.fromisoformat(end)
+    seconds = (b - a).total_seconds()
+    for g0, g1 in gaps or []:
+        lo, hi = max(a, g0), min(b, g1)
+        if hi > lo:
+            seconds -= (hi - lo).total_seconds()
+    return round(seconds, 3)
+
+
+def _driven(run: dict[str, Any]) -> bool:
+    """True when a live process (not this one) holds the run's unexpired lease."""
+    import os
+    import time
+
+    from .journal.store import holder_alive
+
+    owner = run.get("lease_owner")
+    if not owner or (run.get("lease_expires") or 0) <= time.time():
+        return False
+    pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
+    if pid == str(os.getpid()):
+        return False  # this process: the manifest it prints at its own end
+    return holder_alive(owner) is not False
 
 
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
     """The manifest object of one run (keys of SPEC §5)."""
     run = journal.run_row(run_id)
     rows = journal.step_rows(run_id)
+    # Durations are working time: a run resumed after it died (or was interrupted) does
+    # not count the time nobody drove it (issue 10, bug 12); wall_s is the clock time.
+    gaps = [(datetime.fromisoformat(a), datetime.fromisoformat(b))
+            for a, b in journal.idle_gaps(run_id)]
     items = journal.item_counts(run_id)
     by_status: dict[str, int] = {}
     steps = []
@@ -40,7 +67,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
             "attempts": r["attempts"],
             "started_at": r["started_at"],
             "finished_at": r["finished_at"],
-            "duration_s": _duration(r["started_at"], r["finished_at"]),
+            "duration_s": _duration(r["started_at"], r["finished_at"], gaps),
             "output_bytes": len(r["output_json"].encode()) if r["output_json"] else 0,
             "replayed": bool(r["replayed"]),
             "approved_by": r["approved_by"],
@@ -53,7 +80,10 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     status = run["status"]
     resumable = status in RESUMABLE
     nxt = None
-    if resumable:
+    if resumable and _driven(run):
+        # Another live process drives it: resume would be refused (run_busy); watch it.
+        nxt = f"planrun log {run_id} --follow"
+    elif resumable:
         nxt = f"planrun resume {run_id}"
     elif status == "failed":
         unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
@@ -70,7 +100,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         "params": json.loads(run["params_json"]),
         "started_at": run["created_at"],
         "finished_at": run["finished_at"],
-        "duration_s": _duration(run["created_at"], run["finished_at"]),
+        "duration_s": _duration(run["created_at"], run["finished_at"], gaps),
+        "wall_s": _duration(run["created_at"], run["finished_at"]),
         "counts": count_summary(by_status),
         "steps": steps,
         "resumable": resumable,

@@ -124,13 +124,43 @@ def loc_pointer(prefix: str, loc: tuple[int | str, ...]) -> str:
     return prefix + "".join("/" + p for p in parts)
 
 
-def error_message(err: Any) -> str:
-    """A pydantic error as one readable sentence."""
+def _fields_at(model: Any, loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model reached from ``model`` along ``loc`` (may be [])."""
+    import typing
+
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            if isinstance(part, int):
+                continue  # an item of a list: the same model
+            return []
+        ann = fields[part].annotation
+        found = None
+        for cand in (ann, *typing.get_args(ann)):
+            for inner in (cand, *typing.get_args(cand)):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    found = inner
+        if found is None:
+            return []
+        model = found
+    return list(getattr(model, "model_fields", {}) or {})
+
+
+def error_message(err: Any, model: Any = None) -> str:
+    """A pydantic error as one readable sentence.
+
+    ``model`` (the pydantic class validated): an unknown field gets a "Did you mean"
+    suggestion among the fields at its place (``retry`` → ``retries``).
+    """
     loc = err.get("loc", ())
     field = str(loc[-1]) if loc else "document"
     kind = err.get("type", "")
     if kind == "extra_forbidden":
-        return f"unknown field {field!r}"
+        from .issues import did_you_mean
+
+        known = _fields_at(model, tuple(loc[:-1])) if model is not None else []
+        suggestion = did_you_mean(field, known)
+        return f"unknown field {field!r}" + (f".{suggestion}" if suggestion else "")
     if kind == "missing":
         return f"required field {field!r} is missing"
     return f"{field}: {err.get('msg', 'invalid')} (got {err.get('input')!r})"

@@ -135,8 +135,11 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
             raise _config_error(config_file, f"not valid TOML: {exc}") from None
         unknown = sorted(set(raw) - _KEYS)
         if unknown:
+            from .issues import did_you_mean
+
+            hint = "".join(did_you_mean(u, _KEYS) for u in unknown)
             raise _config_error(config_file, f"unknown setting(s) {', '.join(unknown)}; "
-                                f"known: {', '.join(sorted(_KEYS))}")
+                                f"known: {', '.join(sorted(_KEYS))}.{hint}")
         for key in ("plans_dir", "registry", "journal"):
             if key in raw and not isinstance(raw[key], str):
                 raise _config_error(config_file, f"{key} must be a string path")

@@ -127,8 +127,11 @@ def load_policy(raw: dict[str, Any], tools: set[str], file: str | None
         issues.append(Issue(code="config", message=f"[policy] {message}", file=file))
 
     policy = Policy()
+    from .issues import did_you_mean
+
     for key in sorted(set(raw) - _POLICY_KEYS):
-        bad(f"unknown key {key!r} (known: {', '.join(sorted(_POLICY_KEYS))})")
+        bad(f"unknown key {key!r} (known: {', '.join(sorted(_POLICY_KEYS))})."
+            + did_you_mean(key, _POLICY_KEYS))
 
     def tool_list(key: str, value: Any) -> set[str]:
         if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
@@ -173,7 +176,7 @@ def load_policy(raw: dict[str, Any], tools: set[str], file: str | None
             bad(f"{where} must be a table")
             continue
         for key in sorted(set(g) - _GRANT_KEYS):
-            bad(f"{where}: unknown key {key!r}")
+            bad(f"{where}: unknown key {key!r}." + did_you_mean(key, _GRANT_KEYS))
         gid = g.get("id")
         if not isinstance(gid, str) or not gid:
             bad(f"{where} needs an id")

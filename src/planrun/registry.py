@@ -351,7 +351,7 @@ def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
             for err in exc.errors():
                 loc = _real_loc(raw, err["loc"])
                 unknown = err["type"] == "extra_forbidden"
-                add(loc_pointer(base, loc), f"tool {name!r}: {error_message(err)}",
+                add(loc_pointer(base, loc), f"tool {name!r}: {error_message(err, Tool)}",
                     key=unknown)
             continue
         before = len(issues)

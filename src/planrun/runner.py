@@ -100,11 +100,14 @@ def covered(plan: CheckedPlan, requests: Sequence[ApprovalRequest]) -> list[Any]
 
 def _grants(journal: Journal, run_id: str, plan: CheckedPlan | None, policy: Any,
             requests: Sequence[ApprovalRequest],
-            whole_run: Sequence[ApprovalRequest] | None = None) -> list[Decision]:
+            whole_run: Sequence[ApprovalRequest] | None = None,
+            escalated: dict[str, str] | None = None) -> list[Decision]:
     """Decisions made by grants; ``autonomy_escalated`` for the steps they do not clear.
 
     ``whole_run`` lists every step of the run that needs clearing (default: ``requests``):
     a grant's ``max_total`` sums over all of them, also the ones a resumed run already ran.
+    ``escalated`` (if given) receives step id → why no grant cleared it, for the steps
+    that a grant names (or whose class is ``act`` or ``escalate``).
     """
     from .policy import grant_for
 
@@ -114,8 +117,11 @@ def _grants(journal: Journal, run_id: str, plan: CheckedPlan | None, policy: Any
     out = []
     for r in requests:
         if r.reason == "escalate":
+            why = "its class escalates to a person"
             journal.add_event(run_id, "autonomy_escalated", step_id=r.step_id,
-                              data={"tool": r.tool, "why": "its class escalates to a person"})
+                              data={"tool": r.tool, "why": why})
+            if escalated is not None:
+                escalated[r.step_id] = why
             continue
         grant, why = grant_for(policy, cover, r.step_id)
         if grant is not None:
@@ -123,6 +129,8 @@ def _grants(journal: Journal, run_id: str, plan: CheckedPlan | None, policy: Any
         elif r.reason == "act" or policy.grants:
             journal.add_event(run_id, "autonomy_escalated", step_id=r.step_id,
                               data={"tool": r.tool, "why": why})
+            if escalated is not None:
+                escalated[r.step_id] = why
     return out
 
 
@@ -166,6 +174,40 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
             details={"run_id": run_id, "type": error["type"]}) from None
 
 
+def _grant_details(policy: Any, plan: CheckedPlan | None, step_ids: Sequence[str]
+                   ) -> list[str]:
+    """What ``-v`` adds to ``approval_required``: each grant considered, each step's arguments.
+
+    One line each: ``grant ID: tool|class …, expires …, arguments SCHEMA``; ``step ID
+    arguments: {…}`` (run-time placeholders as written).
+    """
+    import json
+
+    from .params import as_written
+
+    lines: list[str] = []
+    if policy is None or plan is None:
+        return lines
+    for sid in step_ids:
+        step = plan.by_id.get(sid)
+        if step is None:
+            continue
+        cls = policy.class_of(step.tool.name)
+        lines.append(f"step {sid} ({step.tool.name}"
+                     + (f", class {cls[0]} = {cls[1]}" if cls else "") + ") arguments: "
+                     + json.dumps(as_written(step.arguments), sort_keys=True))
+        if step.for_each is not None:
+            lines.append(f"step {sid} for_each: "
+                         + json.dumps(as_written(step.for_each), sort_keys=True))
+        for g in policy.grants:
+            if g.tool == step.tool.name or (cls is not None and g.cls == cls[0]):
+                names = f"tool {g.tool}" if g.tool else f"class {g.cls}"
+                lines.append(f"grant {g.id} ({names}, expires {g.expires.isoformat()}, "
+                             f"granted by {g.granted_by}) arguments: "
+                             + json.dumps(g.arguments, sort_keys=True, default=str))
+    return lines
+
+
 def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRequest],
                     approve: set[str], approve_all: bool, approver: Any,
                     *, on_deny: str | None, plan: CheckedPlan | None = None,
@@ -197,7 +239,8 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
                           data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
     inject_fault("approval")
     by_step = {r.step_id: r for r in requests}
-    granted = _grants(journal, run_id, plan, policy, requests, whole_run)
+    escalated: dict[str, str] = {}
+    granted = _grants(journal, run_id, plan, policy, requests, whole_run, escalated)
     for d in granted:
         record_decision(journal, run_id, by_step[d.step_id], d)
     done = {d.step_id for d in granted}
@@ -211,7 +254,22 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
         for d in exc.details or []:
             record_decision(journal, run_id, by_step[d.step_id], d)
         _deny(journal, run_id, on_deny, "approval_required")
-        raise
+        cleared = {d.step_id for d in exc.details or []}
+        left = [r.step_id for r in requests if r.step_id not in cleared]
+        reasons = [f"{sid}: {escalated[sid]}" for sid in left if sid in escalated]
+        if not reasons:
+            raise
+        # Say why the grants there are did not apply (also in `planrun log`), instead of
+        # suggesting a grant as if none existed (issue 10, bug 2); -v: what was compared.
+        flags = " ".join(f"--approve {sid}" for sid in left)
+        raise ApprovalError(
+            f"{exc.message}; no grant cleared them — " + "; ".join(reasons),
+            code="approval_required",
+            hint=f"Clear them with {flags}, or --approve-all, or run on a terminal to be "
+            "asked; for unattended runs, change the grant or the step so that the grant "
+            f"can check the step's arguments before the run (planrun log {run_id} shows "
+            "this too; -v shows the grants and arguments compared).",
+            details=_grant_details(policy, plan, left)) from None
     for d in decisions:
         record_decision(journal, run_id, by_step[d.step_id], d)
     denied = [d for d in decisions if not d.granted]

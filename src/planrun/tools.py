@@ -221,11 +221,15 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
 async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
                        project: Path, timeout: float | None,
                        on_start: Callable[[asyncio.subprocess.Process], None] | None = None,
-                       preexec: Callable[[], None] | None = None) -> Any:
+                       preexec: Callable[[], None] | None = None,
+                       on_stderr: Callable[[str], None] | None = None) -> Any:
     """Run a command tool once, without a shell; returns its output per ``output``.
 
     ``on_start`` is called once the command started (it may raise: the command is then
     ended); ``preexec`` runs in the forked child before the command (``preexec_fn``).
+    ``on_stderr`` gets the bounded tail (:data:`STDERR_TAIL_BYTES`, secrets in reference
+    form) of what a command that succeeded wrote on stderr, when it wrote anything (tar's
+    warnings, say), so that it is kept instead of discarded.
 
     Raises:
         ToolFailure: non-zero exit (``exit_status``, with the tail of stderr), a program
@@ -289,6 +293,8 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         if err and out:
             error["stdout_tail"] = _tail(out)
         raise ToolFailure(error)
+    if err.strip() and on_stderr is not None:
+        on_stderr(_tail(err))
     mode = tool.output_mode
     if mode == "none":
         return None

@@ -79,7 +79,11 @@ def print_error(exc: PlanrunError, verbose: bool = False) -> None:
     if exc.hint:
         err(f"  {exc.hint}")
     if verbose and exc.details:
-        err(f"  details: {redact.display(exc.details)!r}")
+        if isinstance(exc.details, list) and all(isinstance(d, str) for d in exc.details):
+            for line in exc.details:
+                err(f"  {redact.display_text(line)}")
+        else:
+            err(f"  details: {redact.display(exc.details)!r}")
 
 
 # --- validation reports -----------------------------------------------------------------
@@ -133,8 +137,12 @@ def github_line(issue: Issue) -> str:
 
 
 def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
-                 stream: IO[str] | None = None) -> None:
-    """Write a validation report in ``text``, ``json`` or ``github`` format."""
+                 stream: IO[str] | None = None, quiet: bool = False) -> None:
+    """Write a validation report in ``text``, ``json`` or ``github`` format.
+
+    ``quiet`` (text): only the issues, and the summary line when there are any; no
+    ``FILE: ok`` lines. A report without issues prints nothing.
+    """
     target = _Masked(stream or sys.stdout)
     if fmt == "json":
         target.write(json.dumps(redact.display(report.to_json(strict=strict)), indent=2,
@@ -152,7 +160,8 @@ def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
     refused = 0
     for plan in report.plans:
         if not plan.issues:
-            target.write(f"{plan.file}: ok\n")
+            if not quiet:
+                target.write(f"{plan.file}: ok\n")
             continue
         if not plan.ok:
             refused += 1
@@ -162,6 +171,8 @@ def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
     warnings = sum(1 for i in report.all_issues() if i.severity == "warning")
     n = len(report.plans)
     counts = f"{errors} error(s), {warnings} warning(s)"
+    if quiet and not errors and not warnings:
+        return
     if n:
         target.write(f"{n} plan(s) checked, {n - refused} ok, {refused} refused; {counts}\n")
     else:
@@ -199,6 +210,9 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         head += ", " + ", ".join(extra)
     if m.get("duration_s") is not None:
         head += f" in {m['duration_s']:.2f}s"
+        wall = m.get("wall_s")
+        if wall is not None and wall - m["duration_s"] >= 1:
+            head += f" of work ({wall:.2f}s since it started)"
     if is_terminal(sys.stdout):
         from rich.table import Table
 
@@ -228,15 +242,42 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         out(f"next: {m['next']}")
 
 
-def print_runs(rows: Sequence[dict[str, Any]]) -> None:
-    """Run summaries, one line each (newest first)."""
+def print_json_line(value: Any) -> None:
+    """One JSON object on one line of stdout, flushed (a stream: ``log --follow --json``)."""
+    sys.stdout.write(json.dumps(redact.display(value), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None) -> None:
+    """Run summaries, one line each (newest first), each with its project folder.
+
+    ``here``: the project the list was filtered to (said once, in a heading), or None
+    when every project's runs are listed.
+    """
     if not rows:
-        out("no runs")
+        out("no runs" + (f" in {here} (planrun runs --all: every project's)" if here else ""))
         return
+    if here:
+        out(f"runs of {here} (--all: every project's)")
     for r in rows:
         c = r["counts"]
+        where = f"  {r.get('project') or '?'}" if not here else ""
         out(f"{r['run_id']}  {r['started_at']}  {r['status']:<11}  {r['plan']} "
-            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded")
+            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded{where}")
+
+
+def print_plans(rows: Sequence[dict[str, Any]]) -> None:
+    """``planrun plans``: one line per plan, then its goal indented."""
+    if not rows:
+        out("no plans")
+        return
+    for r in rows:
+        state = "" if r["ok"] else f"  [refused: {r['issues']} error(s), see planrun validate]"
+        needs = (f"  needs approval: {', '.join(r['needs_approval'])}"
+                 if r["needs_approval"] else "")
+        out(f"{r['name']}  r{r['revision']}  {r['steps']} step(s){needs}{state}")
+        if r["goal"]:
+            out(f"    {' '.join(str(r['goal']).split())}")
 
 
 def print_events(events: Sequence[dict[str, Any]], tracebacks: bool = False) -> None:
@@ -254,6 +295,15 @@ def print_events(events: Sequence[dict[str, Any]], tracebacks: bool = False) -> 
                 out("    " + line)
 
 
+def _short(value: Any, limit: int = 200) -> str:
+    """JSON of ``value``, cut at ``limit`` characters (a long list says how many items)."""
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) <= limit:
+        return text
+    more = f" ({len(value)} items)" if isinstance(value, list) else ""
+    return text[:limit] + f"…{more}"
+
+
 def print_dry_run(dry: Any) -> None:
     """What ``execute --dry-run`` would do."""
     from .params import as_written
@@ -267,6 +317,10 @@ def print_dry_run(dry: Any) -> None:
         mark = "  [needs approval]" if sid in needs else ""
         deps = f" after {', '.join(step.depends_on)}" if step.depends_on else ""
         out(f"  {n}. {sid} ({step.tool.name}){deps}{mark}")
+        if step.when:
+            out(f"       when: {step.when}  (skipped when false)")
+        if step.for_each is not None:
+            out(f"       for_each: {_short(as_written(step.for_each))}")
         out(f"       arguments: {json.dumps(as_written(step.arguments), ensure_ascii=False)}")
     if dry.approvals:
         out("would need approval: " + ", ".join(f"{r.step_id} ({r.tool})"
@@ -356,6 +410,8 @@ def print_explain(report: dict[str, Any]) -> None:
         out(f"  {s['action']:<7} {s['step']} ({s['tool']}): {s['why']}")
     if report["would_stop"]:
         out("resume would stop before running anything (see above)")
+    for note in report.get("notes") or []:
+        out(f"note: {note}")
 
 
 def print_plan(data: dict[str, Any]) -> None:
@@ -377,7 +433,7 @@ def print_plan(data: dict[str, Any]) -> None:
         if s["depends_on"]:
             bits.append(f"after {', '.join(s['depends_on'])}")
         if s["fan_out"]:
-            bits.append("fan-out")
+            bits.append(f"fan-out over {_short(s.get('for_each'))}")
         if s["when"]:
             bits.append(f"when {s['when']}")
         if s["approval"]:
@@ -412,21 +468,57 @@ def print_tools(rows: list[dict[str, Any]]) -> None:
 class PlainProgress:
     """One line per event on stderr (not a terminal): no escape codes, easy to grep."""
 
-    def __init__(self) -> None:
+    #: A fan-out step prints a progress line every this many seconds at most apart...
+    EVERY_S = 30.0
+    #: ... and every tenth of its items (whichever comes first).
+    EVERY_FRACTION = 10
+
+    def __init__(self, verbose: bool = False) -> None:
+        self.verbose = verbose
         self.started: dict[str, float] = {}
+        #: fan-out step → [done, total, done when started here, last line's time, last done]
+        self.fans: dict[str, list[Any]] = {}
+
+    def _fan_line(self, sid: str, now: float) -> None:
+        done, total, first, _last_t, _last_done = self.fans[sid]
+        took = now - self.started.get(sid, now)
+        rate = item_rate(done - first, took)
+        err(f"planrun: {sid} {done}/{total} items" + (f", {rate}" if rate else ""))
+        self.fans[sid][3] = now
+        self.fans[sid][4] = done
 
     def __call__(self, kind: str, sid: str, info: dict[str, Any]) -> None:
-        """Report one executor event."""
+        """Report one executor event.
+
+        Off a terminal a fan-out step also prints ``planrun: STEP DONE/TOTAL items, R
+        items/s`` every tenth of its items or every :attr:`EVERY_S` seconds (a cron log
+        shows it moving), counted when an item ends.
+        """
         import time
 
         now = time.monotonic()
+        if kind == "stderr":
+            if self.verbose:
+                _stderr_lines(sid, info)
+            return
+        if kind == "item_done" and sid in self.fans:
+            fan = self.fans[sid]
+            fan[0] += 1
+            step = max(1, fan[1] // self.EVERY_FRACTION)
+            if fan[0] < fan[1] and (fan[0] - fan[4] >= step or now - fan[3] >= self.EVERY_S):
+                self._fan_line(sid, now)
+            return
         if kind == "started":
             self.started[sid] = now
+            if "items" in info:
+                done = int(info.get("done") or 0)
+                self.fans[sid] = [done, int(info["items"]), done, now, done]
             items = f" ({info['items']} items)" if "items" in info else ""
             attempt = f" (attempt {info['attempt']})" if info.get("attempt", 1) > 1 else ""
             err(f"planrun: {sid} started{items}{attempt}")
         elif kind in ("succeeded", "failed", "indeterminate", "replayed"):
             took = now - self.started.pop(sid, now)
+            self.fans.pop(sid, None)
             detail = ""
             if info.get("error"):
                 detail = f": [{info['error'].get('code')}] {info['error'].get('message')}"
@@ -439,6 +531,25 @@ class PlainProgress:
                 "retrying")
         else:
             _special(kind, info)
+
+
+def item_rate(items: int, seconds: float) -> str:
+    """``"1.0 items/s"``: items finished here over the seconds since the step started.
+
+    Empty until there is something to measure (no item yet, or under 0.5 s): a rate
+    from a sampling window of two items reads as nonsense ("37 items/s" for 2 items in
+    2 s). Below 10 items/s one decimal, else whole numbers.
+    """
+    if items <= 0 or seconds < 0.5:
+        return ""
+    rate = items / seconds
+    return f"{rate:.1f} items/s" if rate < 10 else f"{rate:.0f} items/s"
+
+
+def _stderr_lines(where: str, info: dict[str, Any]) -> None:
+    """``-v``: what a command that succeeded wrote on stderr (its kept tail)."""
+    for line in str(info.get("text") or "").splitlines():
+        err(f"planrun: {where} stderr: {line}")
 
 
 def _special(kind: str, info: dict[str, Any]) -> None:
@@ -461,7 +572,8 @@ class LiveProgress:
     rate), and a line per finished step above them.
     """
 
-    def __init__(self, no_color: bool = False) -> None:
+    def __init__(self, no_color: bool = False, verbose: bool = False) -> None:
+        self.verbose = verbose
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -471,13 +583,30 @@ class LiveProgress:
             TextColumn,
             TimeElapsedColumn,
         )
+        from rich.text import Text
 
         self.console = _console(stderr=True, no_color=no_color)
+        class FanBar(BarColumn):
+            """A bar for fan-out steps only: a step without items has no "0/?"."""
+
+            def render(self, task: Any) -> Any:
+                return super().render(task) if task.total is not None else Text("")
+
+        class FanCount(MofNCompleteColumn):
+            def render(self, task: Any) -> Any:
+                return super().render(task) if task.total is not None else Text("")
+
+        class FanPercent(TaskProgressColumn):
+            def render(self, task: Any) -> Any:
+                return super().render(task) if task.total is not None else Text("")
+
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TaskProgressColumn(), TextColumn("{task.fields[rate]}"),
+            SpinnerColumn(), TextColumn("{task.description}"), FanBar(), FanCount(),
+            FanPercent(), TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(), console=self.console, transient=True,
             redirect_stdout=False, redirect_stderr=False)  # stdout is for results only
+        #: fan-out step → (items done when it started here, monotonic start)
+        self.fan_start: dict[str, tuple[int, float]] = {}
         self.tasks: dict[str, Any] = {}
         self.live = False
 
@@ -500,11 +629,18 @@ class LiveProgress:
                 return
             self.tasks[sid] = p.add_task(sid, total=total, completed=info.get("done", 0),
                                          rate="")
+            if total is not None:
+                import time
+
+                self.fan_start[sid] = (int(info.get("done") or 0), time.monotonic())
         elif kind == "item_done" and sid in self.tasks:
+            import time
+
             task = self.tasks[sid]
             p.advance(task)
-            speed = p.tasks[p.task_ids.index(task)].speed
-            p.update(task, rate=f"{speed:.0f} items/s" if speed else "")
+            done = int(p.tasks[p.task_ids.index(task)].completed)
+            first, t0 = self.fan_start.get(sid, (0, time.monotonic()))
+            p.update(task, rate=item_rate(done - first, time.monotonic() - t0))
         elif kind in ("succeeded", "failed", "indeterminate", "replayed", "skipped"):
             task = self.tasks.pop(sid, None)
             took = ""
@@ -524,20 +660,27 @@ class LiveProgress:
 
             self.console.print(f"{mark} {escape(sid)}{took}"
                                f"{escape(redact.display_text(detail))}")
+        elif kind == "stderr":
+            if self.verbose:
+                from rich.markup import escape
+
+                for line in str(info.get("text") or "").splitlines():
+                    self.console.print(escape(redact.display_text(f"  {sid} stderr: {line}")))
         elif kind not in ("item_started", "retried"):
             _special(kind, info)
 
 
-def progress_reporter(quiet: bool, no_color: bool) -> Any:
+def progress_reporter(quiet: bool, no_color: bool, verbose: bool = False) -> Any:
     """The progress display for a run.
 
-    Live on a terminal, plain lines elsewhere, nothing with ``--quiet``. Use it as a
-    context manager around the run.
+    Live on a terminal, plain lines elsewhere, nothing with ``--quiet``. ``verbose``
+    (``-v``) adds what commands that succeeded wrote on stderr. Use it as a context
+    manager around the run.
     """
     import contextlib
 
     if quiet:
         return contextlib.nullcontext(None)
     if is_terminal(sys.stderr) and os.environ.get("TERM") != "dumb":
-        return LiveProgress(no_color)
-    return contextlib.nullcontext(PlainProgress())
+        return LiveProgress(no_color, verbose)
+    return contextlib.nullcontext(PlainProgress(verbose))

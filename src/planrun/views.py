@@ -18,8 +18,11 @@ def describe_plan(plan: CheckedPlan) -> dict[str, Any]:
 
     Returns ``{"name", "revision", "goal", "file", "digest", "params": [...],
     "steps": [...]}``; each step has ``id``, ``tool``, ``depends_on``, ``intent``,
-    ``approval`` (why it needs clearing, or None), ``fan_out``, ``when``.
+    ``approval`` (why it needs clearing, or None), ``fan_out``, ``when`` (the condition,
+    or None), ``for_each`` (as written, or None).
     """
+    from .params import as_written
+
     declared = plan.document.get("params") or {}
     params = []
     for name, schema in declared.items():
@@ -36,6 +39,7 @@ def describe_plan(plan: CheckedPlan) -> dict[str, Any]:
             "id": sid, "tool": step.tool.name, "depends_on": step.depends_on,
             "intent": step.intent, "approval": step.approval_reason,
             "fan_out": step.for_each is not None, "when": step.when,
+            "for_each": None if step.for_each is None else as_written(step.for_each),
             "idempotent": step.tool.entry.idempotent,
         })
     return {"name": plan.name, "revision": plan.revision, "goal": plan.goal,
@@ -50,7 +54,8 @@ def render_graph(plan: CheckedPlan, fmt: str) -> str:
     """The dependency graph as Mermaid (``flowchart TD``) or Graphviz DOT text.
 
     Arrows point from a step to the steps that wait on it; steps that need approval are
-    marked (irreversible ones with ``⚠``), fan-out steps drawn as stacks.
+    marked (irreversible ones with ``⚠``), fan-out steps drawn as stacks, and arrows into
+    a step with a ``when`` condition are dotted/dashed and labelled ``when``.
 
     Raises:
         UsageError: an unknown format (exit 2).
@@ -67,8 +72,10 @@ def render_graph(plan: CheckedPlan, fmt: str) -> str:
             safe = label.replace('"', "#quot;")
             lines.append(f'    {sid}{shape[0]}"{safe}"{shape[1]}')
         for sid in order:
+            # An edge into a step with `when` is conditional: dotted, labelled "when".
+            arrow = " -.->|when| " if plan.by_id[sid].when else " --> "
             for dep in plan.by_id[sid].depends_on:
-                lines.append(f"    {dep} --> {sid}")
+                lines.append(f"    {dep}{arrow}{sid}")
         marked = [sid for sid in order if plan.by_id[sid].approval_reason]
         if marked:
             lines.append("    classDef approval stroke:#c00,stroke-width:3px")
@@ -88,8 +95,11 @@ def render_graph(plan: CheckedPlan, fmt: str) -> str:
                 attrs.append("shape=box3d")
             lines.append(f"    {_dot_id(sid)} [{', '.join(attrs)}];")
         for sid in order:
+            cond = plan.by_id[sid].when
+            edge = (f" [style=dashed, label={_dot_id('when')}, "
+                    f"tooltip={_dot_id('when ' + cond)}]" if cond else "")
             for dep in plan.by_id[sid].depends_on:
-                lines.append(f"    {_dot_id(dep)} -> {_dot_id(sid)};")
+                lines.append(f"    {_dot_id(dep)} -> {_dot_id(sid)}{edge};")
         lines.append("}")
         return "\n".join(lines) + "\n"
     raise UsageError(f"unknown graph format {fmt!r}; use mermaid or dot")
@@ -137,10 +147,28 @@ def json_schema(kind: str) -> dict[str, Any]:
 
 STARTER = {
     "planrun.toml": """\
-# planrun settings (all optional); see the README.
-plans_dir = "plans"
-registry = "tools.yaml"
-max_parallel = 4
+# planrun settings. Every key is optional; the values below are the defaults.
+# Help that comes with planrun: `planrun --help`, `planrun COMMAND --help`, and
+# `planrun schema plan|tools` (the file formats, as JSON Schema for editors).
+plans_dir = "plans"          # folder of plan files (NAME.yaml | NAME.yml | NAME.json)
+registry = "tools.yaml"      # the tools plans may call, with their contracts
+max_parallel = 4             # calls running at once
+# max_steps = 500            # the most steps a plan may have (longer plans are refused)
+# journal = "journal.sqlite3"  # default: one journal per user, in the user data folder;
+#                              # this project's own file keeps its runs apart
+#
+# [pools]                    # at most N calls at once of steps/tools with `pool: NAME`
+# slow_api = 2
+#
+# [policy]                   # what plans may do without a person (cron, CI)
+# allowed_tools = ["say"]    # any other tool is refused (not_allowed)
+# require_approval = []      # reversible tools that still need a person
+# [[policy.grants]]          # a bounded, expiring permission; `planrun policy check` lints
+# id = "nightly"
+# tool = "say"
+# arguments = {type = "object", properties = {text = {type = "string"}}}
+# expires = 2030-01-01T00:00:00Z
+# granted_by = "you@example.com"
 """,
     "tools.yaml": """\
 # The tools plans may call. Each has a contract: a JSON Schema of its arguments.

@@ -191,7 +191,7 @@ def _setup_lock(path: Path) -> Iterator[None]:
 def open_read(path: Path) -> sqlite3.Connection | None:
     """Open the journal read-only; None when it does not exist yet (reads see it empty).
 
-    Never creates or migrates.
+    Never creates it; an older journal is migrated first when this user may write it.
 
     Raises:
         JournalError: unreadable, corrupt, or newer schema (exit 6).
@@ -217,7 +217,12 @@ def open_read(path: Path) -> sqlite3.Connection | None:
         return None
     if version < SCHEMA_VERSION:
         conn.close()
-        # An older journal: migrating is a write, which reads never do on their own.
+        # An older journal: bring it forward once when this user may write it (the
+        # migrations only add), so that upgrading planrun does not break `planrun runs`;
+        # a journal it may not write stays as it is and is refused.
+        if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            open_write(path).close()
+            return open_read(path)
         raise JournalError(f"the journal {path} has schema version {version}; this planrun "
                            f"needs {SCHEMA_VERSION}",
                            hint="Run any planrun execute/resume once to migrate it.")

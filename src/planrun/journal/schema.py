@@ -116,6 +116,11 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE steps ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE items ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0",
     ],
+    # 2 -> 3 (issue 10): the project folder of each run (runs of many projects share one journal)
+    [
+        "ALTER TABLE runs ADD COLUMN project TEXT",
+        "CREATE INDEX runs_project ON runs (project, created_at)",
+    ],
 ]
 
 #: The schema version this code writes and reads.

@@ -7,6 +7,7 @@ UPDATE guarded by the expected status, so a record can never move backwards.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -157,6 +158,8 @@ class Journal:
         self._guarded: set[str] = set()
         #: A fresh run's keys cannot be claimed by another run (its id is part of each).
         self.fresh_keys = False
+        #: The project folder ``last`` (and other defaults) are taken in, or None for any.
+        self.project: str | None = None
 
     def close(self) -> None:
         """Commit deferred outcome records, then close the connection.
@@ -856,6 +859,14 @@ class Journal:
         if self.conn is None:
             raise RunError(f"no run {ref!r} (the journal {self.path} is empty)",
                            code="unknown_run", hint="List runs with `planrun runs`.")
+        if ref == "last":
+            latest = self.latest_run(self.project)
+            if latest is None:
+                raise RunError(f"no run yet in {self.path}"
+                               + (f" for the project {self.project}" if self.project else ""),
+                               code="unknown_run", hint="List every project's runs with "
+                               "`planrun runs --all`.")
+            return latest
         if len(ref) < MIN_PREFIX:
             raise RunError(f"run id {ref!r} is too short; give at least {MIN_PREFIX} "
                            "characters", code="unknown_run")
@@ -895,8 +906,13 @@ class Journal:
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
     def list_runs(self, *, plan: str | None = None, status: str | None = None,
-                  limit: int | None = None) -> list[dict[str, Any]]:
-        """Runs newest first, optionally filtered, each with its step counts."""
+                  limit: int | None = None, project: str | None = None
+                  ) -> list[dict[str, Any]]:
+        """Runs newest first, optionally filtered, each with its step counts.
+
+        ``project``: only runs of that project folder (and runs journaled before projects
+        were, whose ``project`` is null). Each summary has ``project`` (or None).
+        """
         if self.conn is None:
             return []
         where: list[str] = []
@@ -907,7 +923,10 @@ class Journal:
         if status:
             where.append("status = ?")
             args.append(status)
-        sql = ("SELECT run_id, plan_name, revision, status, created_at, finished_at "
+        if project:
+            where.append("(project = ? OR project IS NULL)")
+            args.append(project)
+        sql = ("SELECT run_id, plan_name, revision, status, created_at, finished_at, project "
                "FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY created_at DESC, rowid DESC")
         if limit is not None:
@@ -916,13 +935,13 @@ class Journal:
         try:
             runs = self.conn.execute(sql, args).fetchall()
             out = []
-            for run_id, name, revision, st, created, finished in runs:
+            for run_id, name, revision, st, created, finished, proj in runs:
                 counts = dict(self.conn.execute(
                     "SELECT status, COUNT(*) FROM steps WHERE run_id = ? GROUP BY status",
                     (run_id,)).fetchall())
                 out.append({"run_id": run_id, "plan": name, "revision": revision,
                             "status": st, "started_at": created, "finished_at": finished,
-                            "counts": count_summary(counts)})
+                            "counts": count_summary(counts), "project": proj})
         except sqlite3.DatabaseError as exc:
             raise _fail(self.path, exc, "read") from None
         return out
@@ -958,6 +977,106 @@ class Journal:
                                 (run_id,))
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def release_keys(self, root_run_id: str, step_ids: list[str]) -> int:
+        """Forget the idempotency keys of these steps in a lineage (``retry --from``).
+
+        Their next call really runs instead of replaying. Returns how many keys went.
+        """
+        if not step_ids:
+            return 0
+        marks = ", ".join("?" for _ in step_ids)
+        with self._write() as c:
+            return int(c.execute(f"DELETE FROM idempotency_keys WHERE root_run_id = ? AND "
+                                 f"step_id IN ({marks})", [root_run_id, *step_ids]).rowcount)
+
+    @_reads
+    def idle_gaps(self, run_id: str) -> list[tuple[str, str]]:
+        """When nobody drove the run: (last event before a resume, the resume) pairs.
+
+        A run that died (or was interrupted) and was resumed later was idle from its last
+        journaled event to the ``run_resumed`` event; manifests leave those gaps out of
+        durations (issue 10, bug 12).
+        """
+        c = self._c()
+        out: list[tuple[str, str]] = []
+        for eid, ts in c.execute("SELECT id, ts FROM events WHERE run_id = ? AND "
+                                 "kind = 'run_resumed' ORDER BY id", (run_id,)).fetchall():
+            before = c.execute("SELECT ts FROM events WHERE run_id = ? AND id < ? "
+                               "ORDER BY id DESC LIMIT 1", (run_id, eid)).fetchone()
+            if before is not None and before[0] < ts:
+                out.append((str(before[0]), str(ts)))
+        return out
+
+    # --- upkeep (issue 10: planrun prune / forget) -------------------------------------
+
+    @_reads
+    def latest_run(self, project: str | None = None) -> str | None:
+        """The most recent run (of ``project`` and of no recorded project), if any."""
+        sql = "SELECT run_id FROM runs"
+        args: list[Any] = []
+        if project:
+            sql += " WHERE (project = ? OR project IS NULL)"
+            args.append(project)
+        row = self._c().execute(sql + " ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                                args).fetchone()
+        return None if row is None else str(row[0])
+
+    @_reads
+    def select_runs(self, *, before: str, status: str | None = None, plan: str | None = None,
+                    project: str | None = None) -> list[str]:
+        """Ids of runs created before ``before`` (RFC 3339), optionally filtered."""
+        sql = "SELECT run_id FROM runs WHERE created_at < ?"
+        args: list[Any] = [before]
+        for column, value in (("status", status), ("plan_name", plan)):
+            if value:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        if project:
+            sql += " AND (project = ? OR project IS NULL)"
+            args.append(project)
+        return [str(r[0]) for r in self._c().execute(sql + " ORDER BY created_at", args)]
+
+    def delete_runs(self, run_ids: list[str]) -> dict[str, int]:
+        """Delete runs and everything of theirs, then give the space back to the disk.
+
+        Steps, fan-out items, approvals, events and the idempotency keys the runs wrote
+        go with them: a later run can no longer replay those calls. Runs whose lease a
+        live holder has (``holder_alive`` true and not expired) are refused first.
+
+        Returns:
+            ``{"runs", "events", "keys"}``: how many rows of each went.
+
+        Raises:
+            RunError: ``run_busy`` when one of the runs is driven by a live process.
+        """
+        if not run_ids:
+            return {"runs": 0, "events": 0, "keys": 0}
+        counts = {"runs": 0, "events": 0, "keys": 0}
+        with self._write() as c:
+            for start in range(0, len(run_ids), 500):
+                chunk = run_ids[start:start + 500]
+                marks = ", ".join("?" for _ in chunk)
+                for run_id, owner, expires, st in c.execute(
+                        f"SELECT run_id, lease_owner, lease_expires, status FROM runs "
+                        f"WHERE run_id IN ({marks})", chunk).fetchall():
+                    if owner and (expires or 0) > time.time() and holder_alive(owner) is not False:
+                        raise RunError(f"run {run_id} is {st} and its lease is held by "
+                                       f"{owner}; it cannot be deleted while it runs",
+                                       code="run_busy", hint="Wait for it to end, or stop "
+                                       "that process (Ctrl-C); then try again.")
+                counts["events"] += c.execute(
+                    f"DELETE FROM events WHERE run_id IN ({marks})", chunk).rowcount
+                counts["keys"] += c.execute(
+                    f"DELETE FROM idempotency_keys WHERE run_id IN ({marks})", chunk).rowcount
+                for table in ("approvals", "items", "steps"):
+                    c.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", chunk)
+                counts["runs"] += c.execute(
+                    f"DELETE FROM runs WHERE run_id IN ({marks})", chunk).rowcount
+        # Another process reading or writing makes VACUUM fail: the space is reused later.
+        with contextlib.suppress(sqlite3.OperationalError):
+            self._c().execute("VACUUM")
+        return counts
 
 
 def count_summary(by_status: dict[str, int]) -> dict[str, int]:
