@@ -345,3 +345,24 @@ def test_a_key_claimed_by_the_same_run_is_not_refused(journal: Journal, path: Pa
     _put(path, "indeterminate")
     _claim(journal)
     assert _sql(path, "SELECT status FROM steps WHERE step_id = 'a'") == [("running",)]
+
+
+def test_the_holder_takes_its_own_lease_again(journal: Journal, path: Path) -> None:
+    """A live holder re-taking its own lease (resume inside one process) is not busy."""
+    mine = f"{HOST}:{os.getpid()}:aaaaaaaa"
+    journal.take_lease(RUN, mine, ttl=5.0)
+    journal.take_lease(RUN, mine, ttl=1000.0)
+    (owner, expires), = _sql(path, "SELECT lease_owner, lease_expires FROM runs")
+    assert owner == mine
+    assert expires > time.time() + 900
+
+
+def test_step_output_of_an_item_reads_that_steps_item(journal: Journal, path: Path) -> None:
+    for step in ("a", "b"):
+        journal.fanout_begin(RUN, step, 1)
+        journal.step_started(RUN, step, attempt=1, key=f"k{step}", root_run_id=RUN, item=0)
+        journal.step_finished(RUN, step, status="succeeded", key=f"k{step}",
+                              output=f"out-{step}", item=0)
+    assert journal.step_output(RUN, "b", item=0) == ("succeeded", "out-b")
+    assert journal.step_output(RUN, "a", item=0) == ("succeeded", "out-a")
+    assert journal.step_output(RUN, "a", item=1) is None
