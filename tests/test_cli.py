@@ -382,8 +382,14 @@ def test_approve_naming_no_step_is_a_usage_error(proj: Project) -> None:
 
 
 def test_approve_naming_a_step_that_needs_none_is_harmless(proj: Project) -> None:
-    result = invoke(proj, "execute", "hello", "--approve", "greet")
+    result, m = execute_json(proj, "hello", "--approve", "greet")
     assert result.exit_code == 0, result.output
+    assert m["status"] == "completed"
+    assert sorted(calls(proj)) == sorted(["hello world", "1", "1", "2", "3"])
+    # Nothing was decided for a step that needed no decision.
+    assert [s["approved_by"] for s in m["steps"]] == [None, None, None]
+    log = as_json(invoke(proj, "log", m["run_id"], "--json"))
+    assert not [e for e in log if e["kind"].startswith("approval_")]
 
 
 @pytest.mark.parametrize("args", [

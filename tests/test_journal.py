@@ -105,6 +105,51 @@ def test_write_open_creates_the_file_with_wal_full_sync_and_schema_version(path:
     assert names >= TABLES
 
 
+def _schema_sql(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")]
+
+
+def test_a_new_journal_has_every_migration_applied(path: Path) -> None:
+    """The file's schema is what applying each entry of MIGRATIONS in order builds."""
+    from planrun.journal.schema import MIGRATIONS
+
+    expected = sqlite3.connect(":memory:")
+    for statements in MIGRATIONS:
+        for statement in statements:
+            expected.execute(statement)
+    with Journal(path, write=True):
+        pass
+    conn = raw(path)
+    try:
+        assert _schema_sql(conn) == _schema_sql(expected)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    finally:
+        conn.close()
+        expected.close()
+
+
+def test_a_journal_of_each_older_version_is_migrated_forward(tmp_path: Path) -> None:
+    """A journal left at version n (by an older planrun) gets exactly the later steps."""
+    from planrun.journal.schema import MIGRATIONS
+
+    for n in range(1, len(MIGRATIONS)):
+        old = tmp_path / f"v{n}.sqlite3"
+        conn = raw(old)
+        for statements in MIGRATIONS[:n]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {n}")
+        conn.close()
+        with Journal(old, write=True):
+            pass
+        assert scalar(old, "PRAGMA user_version") == len(MIGRATIONS)
+        fresh = tmp_path / f"fresh{n}.sqlite3"
+        with Journal(fresh, write=True):
+            pass
+        assert _schema_sql(raw(old)) == _schema_sql(raw(fresh))
+
+
 def test_migrations_are_idempotent(path: Path) -> None:
     with Journal(path, write=True) as j:
         new_run(j)

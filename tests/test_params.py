@@ -394,3 +394,39 @@ def test_parse_cli_json_round_trip(value: Any) -> None:
             parse_cli_value(json.dumps(value), {"type": "array"})
         return
     assert parse_cli_value(json.dumps(value), {"type": kind}) == value
+
+
+# --- mutants that survived: each test names the fault it catches ---------------------------
+
+
+def test_exact_needs_the_whole_string_to_be_one_placeholder() -> None:
+    """``"{steps.a.output}-x"`` is text ``"5-x"``, not the raw output."""
+    template = Template((StepRef("a", ()), "-x"))
+    assert template.exact is None
+    assert resolve(template, lambda _ref: 5) == "5-x"
+    assert Template(("x-",)).exact is None
+    assert Template((StepRef("a", ()),)).exact == StepRef("a", ())
+
+
+def test_literal_text_merges_with_the_text_before_it() -> None:
+    """``x{params.u}y{params.k}`` with only k known: ``('x', u, 'y7')``."""
+    out, problems = subst("x{params.u}y{params.k}", {"k": 7})
+    assert problems == []
+    assert out == Template(("x", ParamRef("u"), "y7"))
+    out, _ = subst("a{params.k}b{params.k}c", {"k": 1})
+    assert out == "a1b1c"
+
+
+@pytest.mark.parametrize("value", [
+    [Template((ItemRef(),))],
+    [1, [2, {"x": Template(("a", IndexRef()))}]],
+    {"a": [UNKNOWN]},
+    [UNKNOWN],
+])
+def test_a_template_inside_a_list_is_found(value: Any) -> None:
+    assert has_templates(value) is True
+
+
+@pytest.mark.parametrize("value", [[], [1, "x", {"a": [None]}], {"a": {}}, "text", 3])
+def test_static_values_have_no_templates(value: Any) -> None:
+    assert has_templates(value) is False

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import BASIC_TOOLS, Project, dedent
+from conftest import Project, dedent
 from planrun.issues import Issue
 from planrun.registry import (
     ToolRegistry,
@@ -358,10 +358,6 @@ def test_every_problem_is_reported_at_once(project: Project) -> None:
 def test_registry_folder_is_importable(project: Project) -> None:
     load(project, f"  t: {{python: 'regtools:run', arguments: {OBJ}}}\n")
     assert str(project.root.resolve()) in sys.path
-
-
-def test_basic_tools_text_is_valid_yaml_for_other_tests() -> None:
-    assert dedent(BASIC_TOOLS).startswith("tools:")
 
 
 # --- the strict validator -------------------------------------------------------------

@@ -897,8 +897,13 @@ def test_json_plan_issues_are_located(basic_project: Project) -> None:
 def test_json_plan_with_escaped_emoji_is_located(basic_project: Project) -> None:
     data = {"planrun": 1, "goal": "ship \U0001F680",
             "steps": [{"id": "a", "tool": "ecko", "arguments": {"value": 1}}]}
-    report, _plan = check(basic_project, json.dumps(data, indent=2), kind="json")
-    assert one(report, "unknown_tool").line is not None
+    text = json.dumps(data, indent=2)  # the emoji is written as a \\ud83d\\ude80 escape
+    assert "\\ud83d" in text
+    report, _plan = check(basic_project, text, kind="json")
+    issue = one(report, "unknown_tool")
+    assert issue.line is not None
+    assert issue.column is not None
+    assert text.splitlines()[issue.line - 1][issue.column - 1:] == '"ecko",'
 
 
 def test_json_plan_with_infinite_number_does_not_crash(basic_project: Project) -> None:

@@ -481,10 +481,12 @@ class Journal:
         table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
-            c.execute(f"UPDATE {table} SET status = 'pending', attempts = MAX(attempts - 1, 0) "
-                      f"WHERE {where} AND status = 'running'", args)
-            c.execute("DELETE FROM idempotency_keys WHERE key = ? AND status = 'running'",
-                      (key,))
+            cur = c.execute(f"UPDATE {table} SET status = 'pending', "
+                            f"attempts = MAX(attempts - 1, 0) WHERE {where} "
+                            "AND status = 'running'", args)
+            if cur.rowcount == 1:  # a finished or indeterminate record keeps its key
+                c.execute("DELETE FROM idempotency_keys WHERE key = ? AND "
+                          "status = 'running'", (key,))
 
     @staticmethod
     def _refuse_live_claim(c: sqlite3.Connection, key: str, run_id: str) -> None:
@@ -598,8 +600,10 @@ class Journal:
             self._guard(c, run_id)
             row = c.execute(f"SELECT idempotency_key FROM {table} WHERE {where}",
                             args).fetchone()
-            c.execute(f"UPDATE {table} SET status = 'pending', error_json = ? WHERE {where} "
-                      "AND status = 'running'", (dumps(plain), *args))
+            cur = c.execute(f"UPDATE {table} SET status = 'pending', error_json = ? "
+                            f"WHERE {where} AND status = 'running'", (dumps(plain), *args))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not running")
             if row and row[0]:
                 c.execute("DELETE FROM idempotency_keys WHERE key = ?", (row[0],))
             self._event(c, run_id, "step_retried", step_id=step_id, item=item,
@@ -612,10 +616,12 @@ class Journal:
         table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
-            c.execute(
+            cur = c.execute(
                 f"UPDATE {table} SET status = 'succeeded', output_json = ?, replayed = 1, "
                 "idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ? "
                 f"WHERE {where} AND status = 'pending'", (dumps(output), key, ts, ts, *args))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not pending")
             self._event(c, run_id, "step_replayed", step_id=step_id, item=item,
                         data={"source": source}, ts=ts)
 
@@ -628,10 +634,12 @@ class Journal:
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            c.execute("UPDATE steps SET status = 'running', started_at = COALESCE("
-                      "started_at, ?), error_json = NULL WHERE run_id = ? AND step_id = ? "
-                      "AND status IN ('pending', 'running', 'indeterminate')",
-                      (ts, run_id, step_id))
+            cur = c.execute("UPDATE steps SET status = 'running', started_at = COALESCE("
+                            "started_at, ?), error_json = NULL WHERE run_id = ? AND "
+                            "step_id = ? AND status IN ('pending', 'running', "
+                            "'indeterminate')", (ts, run_id, step_id))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} cannot start now")
             c.executemany("INSERT OR IGNORE INTO items (run_id, step_id, item_index, status) "
                           "VALUES (?, ?, ?, 'pending')",
                           ((run_id, step_id, i) for i in range(count)))
