@@ -458,7 +458,7 @@ def test_a_cleanly_closed_journal_on_read_only_storage_is_read(proj: Proj,
     first, _second = _journal_with_runs(proj, folder)
     assert sorted(p.name for p in folder.iterdir()) == ["journal.sqlite3",
                                                         "journal.sqlite3.setup-lock"]
-    res = _read_only(folder, [*PLANRUN, "runs", "--json"])
+    res = _read_only(folder, [*PLANRUN, "runs", "--all", "--json"])
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)) == 2
     res = _read_only(folder, [*PLANRUN, "status", first[:8], "--json"])
@@ -482,7 +482,7 @@ def test_a_journal_with_a_wal_but_no_shm_on_read_only_storage_is_read(
     (folder / "journal.sqlite3-shm").unlink(missing_ok=True)
     saved.replace(folder / "journal.sqlite3-wal")
     assert not (folder / "journal.sqlite3-shm").exists()
-    res = _read_only(folder, [*PLANRUN, "runs", "--json"])
+    res = _read_only(folder, [*PLANRUN, "runs", "--all", "--json"])
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)) == 2
     run_id = json.loads(res.stdout)[0]["run_id"]

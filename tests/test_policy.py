@@ -372,10 +372,17 @@ def test_an_approval_binds_to_the_secret_by_reference_not_by_value(proj: Proj) -
     run_id = json.loads(proj.run("runs", "--json").stdout)[0]["run_id"]
     digests = {e["data"]["digest"] for e in proj.events(run_id)
                if e["kind"] == "approval_granted"}
-    # the digest is the one of the arguments with the secret as a reference
+    # the digest is the one of the arguments with the secret as a reference, and of the
+    # tool as registered
+    from planrun.approval import tool_identity
     from planrun.canonical import digest
+    from planrun.registry import load_registry
 
-    assert digests == {digest({"name": "drop", "note": redact.reference("token")})}
+    registry, _issues = load_registry(proj.root / "tools.yaml")
+    tool = tool_identity(registry["delete_thing"])
+    assert digests == {digest({"arguments": {"name": "drop",
+                                             "note": redact.reference("token")},
+                               "tool": tool})}
     # the approval covers the step with whatever value the secret has: nothing is asked
     same = proj.run("resume", "-p", "token=beta-5678", "--json")
     assert same.returncode == 0, same.stderr
