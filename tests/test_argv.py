@@ -288,3 +288,26 @@ def test_shipped_registry_and_plans_validate() -> None:
     res = subprocess.run([*PLANRUN, "validate"], cwd=repo, text=True, capture_output=True,
                          timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_nul_in_a_command_or_cwd_is_a_registry_error(tmp_path: Path) -> None:
+    _registry, issues = _write(tmp_path, ["ec\x00ho", "{x}", "{h}"])
+    assert [(i.code, i.path) for i in issues] == [("registry", "/tools/t/command/0")]
+    _registry, issues = _write(tmp_path, ["echo", "{x}", "{h}"], cwd="a\x00b")
+    assert [(i.code, i.path) for i in issues] == [("registry", "/tools/t/cwd")]
+
+
+def test_a_nul_in_a_run_time_value_fails_the_step_before_the_call(tmp_path: Path) -> None:
+    root = _injection_project(tmp_path / "p")
+    (root / "plans" / "nul.json").write_text(json.dumps({
+        "planrun": 1, "goal": "g", "steps": [
+            {"id": "a", "tool": "give", "arguments": {"value": "a\x00b"}},
+            {"id": "b", "tool": "rec", "depends_on": ["a"],
+             "arguments": {"x": "{steps.a.output}"}}]}))
+    res = _run(root, "execute", "nul", "--json")
+    assert res.returncode == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    step = json.loads(res.stdout)["steps"][1]
+    assert step["error"]["code"] == "arguments"
+    assert "NUL" in step["error"]["message"]
+    assert _called(root) == []

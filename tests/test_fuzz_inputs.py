@@ -128,6 +128,7 @@ def run_inprocess(root: Path, args: list[str], env: dict[str, str] | None = None
 
 
 def run_process(root: Path, args: list[str]) -> Out:
+    args = [a.replace("\x00", "") for a in args]  # a command line cannot hold NUL
     res = subprocess.run([sys.executable, "-m", "planrun", *args], cwd=root,
                          capture_output=True, timeout=HANG_S, stdin=subprocess.DEVNULL)
     return Out(res.returncode, res.stdout.decode("utf-8"), res.stderr.decode("utf-8"))
@@ -141,7 +142,8 @@ def check(out: Out, args: list[str], kind: str) -> None:
     assert "Traceback" not in out.stderr, shown
     if out.code not in (0, 1):
         # a one-line error with its code, or a report naming each issue's code
-        assert re.search(r"error\[[a-z_]+\]|\"code\": \"[a-z_]+\"|::error ",
+        # (under --strict a warning fails too)
+        assert re.search(r"(?:error|warning)\[[a-z_]+\]|\"code\": \"[a-z_]+\"|::error ",
                          out.stdout + out.stderr), shown
     if ("--format" in args and args[args.index("--format") + 1:][:1] == ["json"]
             and out.code in (0, 3) and out.stdout):
@@ -580,6 +582,10 @@ def test_fuzz_hazards_in_contracts_and_grants(fuzz_project: FuzzProject,
 
 def test_zz_fuzz_counts(capsys: pytest.CaptureFixture[str]) -> None:
     """Print the number of inputs run per kind (for the issue's closing note)."""
-    if os.environ.get("PLANRUN_FUZZ_REPORT"):
+    report = os.environ.get("PLANRUN_FUZZ_REPORT")
+    if report:
+        line = f"fuzz inputs: {dict(COUNTS)} total {sum(COUNTS.values())}\n"
+        with contextlib.suppress(OSError):
+            Path(report).write_text(line)
         with capsys.disabled(), contextlib.suppress(OSError):
-            print("\nfuzz inputs:", dict(COUNTS), "total", sum(COUNTS.values()))
+            print("\n" + line)

@@ -499,3 +499,32 @@ def test_writing_to_a_journal_on_read_only_storage_is_still_journal_error(
     res = _read_only(folder, [*PLANRUN, "execute", "e"], cwd=proj.root)
     assert res.returncode == 6
     assert "error[journal]" in res.stderr
+
+
+# --- paths the operating system cannot even look at -------------------------------------
+
+LONG = "x" * 5000
+
+
+@pytest.mark.parametrize(("args", "status", "code"), [
+    (["validate", LONG], 3, "not_found"), (["execute", LONG], 3, "not_found"),
+    (["show", LONG], 3, "not_found"), (["execute", "./" + LONG], 3, "bad_name"),
+    (["validate", "--params-file", LONG], 2, "usage"), (["runs", "-C", LONG], 2, "usage"),
+    (["execute", "e", "--journal", "/tmp/" + LONG], 6, "journal"),
+    (["init", "/tmp/" + LONG], 2, "usage"),
+])
+def test_a_path_too_long_for_the_file_system_is_an_ordinary_error(
+        proj: Proj, args: list[str], status: int, code: str) -> None:
+    proj.plan("e", tool_plan("echo", {}))
+    res = proj.run(*args)
+    assert res.returncode == status
+    assert f"error[{code}]" in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("key", ["plans_dir", "registry"])
+def test_a_path_too_long_in_planrun_toml_is_not_there(proj: Proj, key: str) -> None:
+    proj.plan("e", tool_plan("echo", {}))
+    (proj.root / "planrun.toml").write_text(f'{key} = "{LONG}"\n')
+    res = proj.run("validate", "e", "--format", "json")
+    assert res.returncode == 3
+    assert all_codes(res) == ["not_found" if key == "plans_dir" else "unknown_tool"]

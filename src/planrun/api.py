@@ -44,8 +44,10 @@ def load_params_file(path: str | None) -> dict[str, Any]:
     from .loading import DocumentError, load_file
 
     p = Path(path)
-    if not p.is_file():
-        what = "is not a file" if p.exists() else "does not exist"
+    from .paths import probe
+
+    if not probe(p, "is_file"):
+        what = "is not a file" if probe(p) else "does not exist"
         raise UsageError(f"--params-file {path!r} {what}")
     try:
         doc = load_file(p)

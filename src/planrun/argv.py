@@ -306,6 +306,13 @@ def check_command(name: str, entry: Tool, contract: dict[str, Any],
             if arg not in props:
                 add(pointer("tools", name, fld),
                     f"tool {name!r}: {fld} names {arg!r}, which is not a declared argument")
+    for idx, element in enumerate(argv):
+        if "\x00" in element:
+            add(pointer("tools", name, "command", idx), f"tool {name!r}: command element "
+                f"{idx} holds a NUL character, which no command line can carry")
+    if entry.cwd is not None and "\x00" in entry.cwd:
+        add(pointer("tools", name, "cwd"), f"tool {name!r}: cwd holds a NUL character, "
+            "which no path can carry")
     code_anywhere = runs_code(argv)
     # after an interpreter's program text come the script's own arguments ($1, …)
     script_args = min(pos.scripts) + 1 if pos.scripts else len(argv)
@@ -381,14 +388,21 @@ def _option_like(argv: list[str], entry: Tool) -> Iterator[tuple[int, str]]:
 
 def option_value_problems(entry: Tool, arguments: dict[str, Any]
                           ) -> list[tuple[str, str]]:
-    """(JSON Pointer inside arguments, message) per value that would become an option.
+    """(JSON Pointer inside arguments, message) per value that cannot go on the command line.
 
-    Only concrete values are checked (a value not known yet is checked when it is).
+    A value that would become an option (see the module docstring), or that holds a NUL
+    character (no argv element can). Only concrete values are checked (a value not known
+    yet is checked when it is).
     """
     from .params import render
 
     out: list[tuple[str, str]] = []
     argv = entry.command or []
+    for arg in sorted({n for element in argv for n in names(element)}):
+        value = arguments.get(arg)
+        if isinstance(value, str) and "\x00" in value:
+            out.append((pointer(arg), f"argument {arg!r} holds a NUL character, which no "
+                        "command line can carry (the arguments are also on stdin as JSON)"))
     for idx, arg in _option_like(argv, entry):
         value = arguments.get(arg)
         if isinstance(value, bool) or not isinstance(value, str | int | float):

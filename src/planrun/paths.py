@@ -29,11 +29,23 @@ def default_journal() -> Path:
     return Path(platformdirs.user_data_path("planrun")) / "journal.sqlite3"
 
 
+def probe(path: Path, test: str = "exists") -> bool:
+    """``path.exists()`` (or ``is_file``/``is_dir``), False for a path the OS cannot look at.
+
+    A user's path that is too long for the file system (``ENAMETOOLONG``), holds a NUL, or
+    cannot be examined (``EACCES`` on a parent) is "not there", never an exception.
+    """
+    try:
+        return bool(getattr(path, test)())
+    except (OSError, ValueError):
+        return False
+
+
 def find_config(start: Path) -> Path | None:
     """The nearest ``planrun.toml`` in ``start`` or its parents, or None."""
     for folder in (start, *start.parents):
         candidate = folder / CONFIG_NAME
-        if candidate.is_file():
+        if probe(candidate, "is_file"):
             return candidate
     return None
 
@@ -114,11 +126,11 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
     explicit = project if project is not None else os.environ.get("PLANRUN_PROJECT") or None
     if explicit is not None:
         folder = (here / Path(explicit).expanduser()).resolve()
-        if not folder.is_dir():
+        if not probe(folder, "is_dir"):
             raise UsageError(f"project folder {str(explicit)!r} does not exist",
                              hint="Give -C/--project an existing folder.")
         config_file: Path | None = folder / CONFIG_NAME
-        if config_file is not None and not config_file.is_file():
+        if config_file is not None and not probe(config_file, "is_file"):
             config_file = None
     else:
         config_file = find_config(here)
@@ -184,10 +196,13 @@ class PlanLookupError(Exception):
 
 def plan_names(plans_dir: Path) -> list[str]:
     """Names of the plans in ``plans_dir``, sorted."""
-    if not plans_dir.is_dir():
+    if not probe(plans_dir, "is_dir"):
         return []
-    return sorted({p.stem for p in plans_dir.iterdir()
-                   if p.is_file() and p.suffix in PLAN_SUFFIXES})
+    try:
+        return sorted({p.stem for p in plans_dir.iterdir()
+                       if probe(p, "is_file") and p.suffix in PLAN_SUFFIXES})
+    except OSError:  # unreadable folder
+        return []
 
 
 def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
@@ -203,7 +218,7 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
     shown = printable(name)
     if "/" in name or "\\" in name or ".." in name:
         candidate = here / name
-        if candidate.is_file():
+        if probe(candidate, "is_file"):
             return candidate
         raise PlanLookupError(Issue(
             code="bad_name", file=shown,
@@ -214,10 +229,10 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
     if name.endswith(PLAN_SUFFIXES):
         candidates.insert(0, plans_dir / name)
     for candidate in candidates:
-        if candidate.is_file():
+        if probe(candidate, "is_file"):
             return candidate
     existing = plan_names(plans_dir)
-    if not plans_dir.is_dir():
+    if not probe(plans_dir, "is_dir"):
         raise PlanLookupError(Issue(
             code="not_found", file=shown,
             message=f"no plan named {shown!r}: there is no plans folder at {plans_dir}. "

@@ -312,7 +312,9 @@ def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
 
     reg = ToolRegistry(file=path)
     shown = shown_path(path)
-    if not path.exists():
+    from .paths import probe
+
+    if not probe(path):
         return reg, []
     try:
         doc = load_file(path, display=shown)

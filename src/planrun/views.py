@@ -218,13 +218,19 @@ def init_project(folder: Path) -> list[Path]:
     files = dict(STARTER)
     files["plan.schema.json"] = json.dumps(json_schema("plan"), indent=2) + "\n"
     targets = {folder / rel: text for rel, text in files.items()}
-    existing = [str(p) for p in targets if p.exists()]
+    from .paths import probe
+
+    existing = [str(p) for p in targets if probe(p)]
     if existing:
         raise UsageError(f"refusing to overwrite {', '.join(existing)}",
                          hint="Run planrun init in an empty folder (or move those aside).")
     written = []
     for path, text in targets.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror}",
+                             hint="Give planrun init a folder you can write.") from None
         written.append(path)
     return written

@@ -24,6 +24,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ..errors import JournalError
+from ..paths import probe
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 #: How long a writer waits for another process's transaction, in milliseconds.
@@ -103,9 +104,9 @@ def open_write(path: Path) -> sqlite3.Connection:
     Raises:
         JournalError: cannot create/open/write, corrupt, or newer schema (exit 6).
     """
-    if path.is_dir():
+    if probe(path, "is_dir"):
         raise _is_dir(path)
-    if path.exists() and not path.is_file():
+    if probe(path) and not probe(path, "is_file"):
         raise JournalError(f"the journal path {path} is not a regular file",
                            hint="Give --journal (or PLANRUN_JOURNAL) a file path.")
     try:
@@ -196,9 +197,9 @@ def open_read(path: Path) -> sqlite3.Connection | None:
     Raises:
         JournalError: unreadable, corrupt, or newer schema (exit 6).
     """
-    if not path.exists():
+    if not probe(path):
         return None
-    if path.is_dir():
+    if probe(path, "is_dir"):
         raise _is_dir(path)
     try:
         conn = _connect_ro(path, "mode=ro")
