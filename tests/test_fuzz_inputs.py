@@ -39,6 +39,8 @@ from planrun import cli
 
 HANG_S = 10
 SCALE = int(os.environ.get("PLANRUN_FUZZ_SCALE", "1"))
+#: A file to write the number of inputs to (read at import: tests run without PLANRUN_*).
+REPORT = os.environ.get("PLANRUN_FUZZ_REPORT")
 #: Exit statuses of SPEC §9.
 DOCUMENTED = {0, 1, 2, 3, 4, 5, 6}
 #: Inputs run per kind (reported by test_zz_fuzz_counts when PLANRUN_FUZZ_REPORT is set).
@@ -582,7 +584,7 @@ def test_fuzz_hazards_in_contracts_and_grants(fuzz_project: FuzzProject,
 
 def test_zz_fuzz_counts(capsys: pytest.CaptureFixture[str]) -> None:
     """Print the number of inputs run per kind (for the issue's closing note)."""
-    report = os.environ.get("PLANRUN_FUZZ_REPORT")
+    report = REPORT
     if report:
         line = f"fuzz inputs: {dict(COUNTS)} total {sum(COUNTS.values())}\n"
         with contextlib.suppress(OSError):

@@ -528,3 +528,12 @@ def test_a_path_too_long_in_planrun_toml_is_not_there(proj: Proj, key: str) -> N
     res = proj.run("validate", "e", "--format", "json")
     assert res.returncode == 3
     assert all_codes(res) == ["not_found" if key == "plans_dir" else "unknown_tool"]
+
+
+def test_a_grant_total_beyond_a_float_is_config(proj: Proj) -> None:
+    (proj.root / "planrun.toml").write_text(
+        "[[policy.grants]]\nid = 'g'\ntool = 'echo'\ngranted_by = 'me'\n"
+        f"expires = 2099-01-01T00:00:00Z\namount_field = 'x'\nmax_total = {10**400}\n")
+    res = proj.run("validate", "--format", "json")
+    assert res.returncode == 3
+    assert all_codes(res) == ["config"]

@@ -207,8 +207,10 @@ def load_policy(raw: dict[str, Any], tools: set[str], file: str | None
         if (max_total is None) != (amount is None):
             bad(f"grant {gid!r}: max_total and amount_field go together")
         if max_total is not None and (isinstance(max_total, bool)
-                                      or not isinstance(max_total, int | float)):
-            bad(f"grant {gid!r}: max_total must be a number")
+                                      or not isinstance(max_total, int | float)
+                                      or abs(max_total) > 2**63 - 1):
+            bad(f"grant {gid!r}: max_total must be a number of at most 2^63-1")
+            max_total = None
         granted_by = g.get("granted_by")
         if not isinstance(granted_by, str) or not granted_by:
             bad(f"grant {gid!r} needs granted_by (who granted it)")
