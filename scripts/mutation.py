@@ -75,7 +75,7 @@ def _test_command(module: str) -> str:
     own, broader = TESTS[module]
     own = [t for t in own if (ROOT / t).exists()]
     broader = [t for t in broader if (ROOT / t).exists()]
-    run = f"{shlex.quote(sys.executable)} -m pytest -x -q -p no:cacheprovider -m 'not slow'"
+    run = f"{shlex.quote(sys.executable)} -m pytest -n 0 -x -q -p no:cacheprovider -m 'not slow'"
     command = f"{run} {' '.join(own)}"
     if broader:
         command += f" && {run} {' '.join(broader)}"
