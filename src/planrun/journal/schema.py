@@ -1,4 +1,4 @@
-"""The journal's schema: one list of statements per ``PRAGMA user_version`` step.
+"""The journal's schema (SQLite): one list of statements per ``PRAGMA user_version`` step.
 
 ``MIGRATIONS[n]`` takes a journal from version ``n`` to ``n + 1``. Never edit a released
 entry; append a new one.
@@ -120,6 +120,18 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE runs ADD COLUMN project TEXT",
         "CREATE INDEX runs_project ON runs (project, created_at)",
+    ],
+    # 3 -> 4 (issue 12, journal backends): an explicit sequence of runs (newest-first order
+    # without ``rowid``); leases as (owner, epoch, until) with ``until`` (``lease_expires``,
+    # seconds since the epoch) from the database clock and an epoch every guarded write
+    # checks; the holder's boot id and start time, so liveness is more than host and pid.
+    [
+        "ALTER TABLE runs ADD COLUMN seq INTEGER",
+        "UPDATE runs SET seq = rowid",
+        "CREATE INDEX runs_seq ON runs (created_at, seq)",
+        "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN lease_boot TEXT",
+        "ALTER TABLE runs ADD COLUMN lease_start INTEGER",
     ],
 ]
 

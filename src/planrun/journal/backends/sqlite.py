@@ -1,6 +1,9 @@
-"""Opening the SQLite journal: pragmas, transactions, migrations (SPEC §7).
+"""The SQLite journal backend: pragmas, transactions, snapshots, migrations (SPEC §7, §11).
 
-This package is the only code that imports :mod:`sqlite3`. Every connection runs in
+This module is the only code that imports :mod:`sqlite3` (the journal's rules, written once
+for every backend, are in ``planrun.journal``; :class:`SqliteBackend` supplies what differs:
+connections, transactions, a read-only snapshot, a few SQL fragments, migrations, and the
+classification of database errors). Every connection runs in
 autocommit mode (``isolation_level=None``) and writes only inside :func:`atomic`, which
 starts with ``BEGIN IMMEDIATE`` (the write lock is taken up front, so a busy journal waits
 ``busy_timeout`` instead of failing half-way) and rolls back on any exception.
@@ -22,19 +25,30 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any, ClassVar
 
-from ..errors import JournalError
-from ..paths import probe
-from .schema import MIGRATIONS, SCHEMA_VERSION
+from ...errors import JournalError
+from ...paths import probe
+from ..schema import MIGRATIONS, SCHEMA_VERSION
 
 #: How long a writer waits for another process's transaction, in milliseconds.
 BUSY_TIMEOUT_MS = 30_000
 
 
+#: SQLite primary result codes that mean "this file is not a (sound) database".
+_CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+def _is_corrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file is corrupt or not a database (by result code)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and isinstance(code, int) and (
+        code & 0xFF) in _CORRUPT_CODES
+
+
 def _fail(path: Path, exc: BaseException, doing: str) -> JournalError:
     text = str(exc)
-    if isinstance(exc, sqlite3.DatabaseError) and (
-            "not a database" in text or "malformed" in text or "corrupt" in text):
+    if _is_corrupt(exc):
         return JournalError(f"the journal {path} is corrupt or not a planrun journal ({text})",
                             hint="Move it aside and start a new journal with --journal.")
     return JournalError(f"cannot {doing} the journal {path}: {text}",
@@ -50,15 +64,39 @@ def _is_dir(path: Path) -> JournalError:
 
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction: ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any error."""
+    """One write transaction: ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any error.
+
+    Also when ``COMMIT`` itself fails (e.g. disk full, I/O error): the transaction is
+    rolled back so that the connection is usable again and no half-state lingers.
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
-            conn.rollback()
+            with suppress(sqlite3.Error):
+                conn.rollback()
         raise
-    conn.execute("COMMIT")
+
+
+@contextmanager
+def snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A read-only snapshot: the reads inside see one state of the journal.
+
+    A deferred ``BEGIN`` (a read transaction in WAL mode); inside a transaction already
+    open, that transaction is the snapshot.
+    """
+    if conn.in_transaction:
+        yield conn
+        return
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("COMMIT")
 
 
 def _pragmas(conn: sqlite3.Connection) -> None:
@@ -284,3 +322,54 @@ class _SnapshotConnection(sqlite3.Connection):
         super().close()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class SqliteBackend:
+    """The SQLite backend of :class:`planrun.journal.Journal` (one file, WAL).
+
+    Args:
+        path: the journal file.
+    """
+
+    name: ClassVar[str] = "sqlite"
+    #: Errors of the database driver (anything else is not the journal's).
+    Error: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    #: Errors that mean the journal could not be read or written as asked.
+    DatabaseError: tuple[type[BaseException], ...] = (sqlite3.DatabaseError,)
+    #: Errors of an ``OperationalError`` kind (busy, locked): retried or skipped by callers.
+    OperationalError: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
+    #: The database clock in seconds since the epoch (a SQL expression; leases use it).
+    NOW_SQL: ClassVar[str] = "((julianday('now') - 2440587.5) * 86400.0)"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def open(self, *, write: bool) -> sqlite3.Connection | None:
+        """A connection (migrated for writing), or None: a journal not created yet.
+
+        Raises:
+            JournalError: cannot create/open/read, corrupt, or newer schema (exit 6).
+        """
+        return open_write(self.path) if write else open_read(self.path)
+
+    def transaction(self, conn: sqlite3.Connection) -> Any:
+        """One write transaction (:func:`atomic`)."""
+        return atomic(conn)
+
+    def snapshot(self, conn: sqlite3.Connection) -> Any:
+        """A read-only snapshot (:func:`snapshot`)."""
+        return snapshot(conn)
+
+    def fail(self, exc: BaseException, doing: str) -> JournalError:
+        """The :class:`JournalError` (exit 6) for a database error while ``doing``."""
+        return _fail(self.path, exc, doing)
+
+    @staticmethod
+    def json_array(column: str) -> str:
+        """SQL: the JSON array of ``column`` (JSON texts) over the rows of a subquery."""
+        return f"json_group_array(json({column}))"
+
+    def vacuum(self, conn: sqlite3.Connection) -> None:
+        """Give freed space back to the disk; skipped while another process uses the file."""
+        with suppress(sqlite3.OperationalError):
+            conn.execute("VACUUM")

@@ -1,0 +1,92 @@
+"""Journal backends: where the journal's rules meet one database (SPEC §11).
+
+The rules (statuses, events, leases, keys; ``planrun.journal``) are written once. A backend
+supplies what differs between databases:
+
+- ``open(write=...)``: a connection (created and migrated for writing), or None for a
+  journal that does not exist yet (reads see it empty);
+- ``transaction(conn)``: one write transaction, rolled back on any error, also when the
+  commit itself fails; ``snapshot(conn)``: a read-only, consistent view;
+- ``fail(exc, doing)``: a database error as a :class:`~planrun.errors.JournalError`
+  (exit 6), classified by exception type and result code, never by message text;
+- ``Error``/``DatabaseError``/``OperationalError``: the driver's exception types;
+- SQL fragments: ``NOW_SQL`` (the database clock, seconds since the epoch; leases use
+  it), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
+- its migrations (``planrun.journal.schema`` for SQLite).
+
+SQLite (:mod:`.sqlite`) is the only backend so far; a location that is a URL of another
+scheme is refused with one message (:func:`open_backend`).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from ...errors import JournalError
+
+#: URL schemes of journal locations this planrun understands (a plain path is SQLite).
+SCHEMES = ("sqlite",)
+
+
+class JournalBackend(Protocol):
+    """What :class:`planrun.journal.Journal` needs of a database (see the module doc)."""
+
+    name: ClassVar[str]
+    Error: tuple[type[BaseException], ...]
+    DatabaseError: tuple[type[BaseException], ...]
+    OperationalError: tuple[type[BaseException], ...]
+    NOW_SQL: ClassVar[str]
+
+    def open(self, *, write: bool) -> Any:
+        """A connection, or None (a journal not created yet; reads only)."""
+
+    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
+        """One write transaction."""
+
+    def snapshot(self, conn: Any) -> AbstractContextManager[Any]:
+        """A read-only snapshot."""
+
+    def fail(self, exc: BaseException, doing: str) -> JournalError:
+        """A database error as a JournalError (exit 6)."""
+
+    def json_array(self, column: str) -> str:
+        """SQL: the JSON array aggregate of a column of JSON texts."""
+
+    def vacuum(self, conn: Any) -> None:
+        """Give freed space back, when the database does that on request."""
+
+
+def shown_location(location: str | Path) -> str:
+    """A journal location for messages: a URL's password is never shown."""
+    text = str(location)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    auth, at, host = rest.rpartition("@")
+    if at and ":" in auth:
+        auth = auth.split(":", 1)[0] + ":***"
+    return f"{scheme}://{auth}{at}{host}"
+
+
+def open_backend(location: str | Path) -> JournalBackend:
+    """The backend for a journal location: a file path (SQLite) or a URL.
+
+    Raises:
+        JournalError: a URL whose scheme this planrun has no backend for (exit 6).
+    """
+    from .sqlite import SqliteBackend
+
+    if isinstance(location, Path):
+        return SqliteBackend(location)
+    scheme, sep, rest = location.partition("://")
+    if not sep:
+        return SqliteBackend(Path(location))
+    if scheme.lower() == "sqlite":
+        return SqliteBackend(Path(rest))
+    raise JournalError(
+        f"the journal {shown_location(location)} is a {scheme}:// URL; this planrun "
+        "journals only to SQLite files",
+        hint="Give --journal (or PLANRUN_JOURNAL, or journal = in planrun.toml) a file "
+        "path.")

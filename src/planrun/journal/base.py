@@ -1,0 +1,244 @@
+"""The journal's plumbing: one handle, its transactions, its lease guard (SPEC §7).
+
+Every state change and its event are written in one transaction. A step's dispatch record
+(``running`` with its idempotency key) commits before its tool is called; its outcome is an
+UPDATE guarded by the expected status, so a record can never move backwards.
+
+Nothing here is specific to one database: the backend (``planrun.journal.backends``)
+supplies connections, transactions and the few SQL fragments that differ.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import JournalError, RunError
+from .backends import JournalBackend, open_backend
+from .records import dumps
+
+#: A connection of the backend (its driver's type).
+Conn = Any
+
+EVENT_KINDS = (
+    "planned", "plan_refused", "approval_required", "approval_granted", "approval_denied",
+    "autonomy_escalated", "autonomy_refused", "step_started", "step_succeeded", "step_failed",
+    "step_retried", "step_skipped", "step_replayed", "run_interrupted", "run_resumed",
+    "run_finished", "indeterminate_resolved",
+)
+STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indeterminate")
+RUN_STATUSES = ("running", "completed", "failed", "interrupted", "denied", "refused")
+#: Shortest run-id prefix accepted (SPEC §8).
+MIN_PREFIX = 4
+#: Seconds a lease lasts without renewal; a running process renews it every third of this.
+LEASE_TTL_S = 30.0
+#: Test-only seam: ``PLANRUN_TEST_LEASE_TTL_S=SECONDS`` shortens the lease (and so the
+#: heartbeat, every third of it), so lease tests need not wait 30 s.
+LEASE_TTL_ENV = "PLANRUN_TEST_LEASE_TTL_S"
+
+
+def lease_ttl() -> float:
+    """Seconds a lease lasts without renewal: :data:`LEASE_TTL_S` unless the test seam says."""
+    raw = os.environ.get(LEASE_TTL_ENV)
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            return LEASE_TTL_S
+        if 0.3 <= value <= LEASE_TTL_S:
+            return value
+    return LEASE_TTL_S
+
+
+class LeaseLost(RunError):
+    """Another process took this run's lease: this process must stop writing to it.
+
+    Exit 5, code ``run_busy``.
+    """
+
+    default_code = "run_busy"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reads(method: F) -> F:
+    """A read whose failure on a corrupt or unreadable journal is a JournalError (exit 6)."""
+
+    @functools.wraps(method)
+    def wrapper(self: JournalBase, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except self.backend.DatabaseError as exc:
+            raise self.backend.fail(exc, "read") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def now() -> str:
+    """The current time, RFC 3339 in UTC with an offset (``2026-11-29T12:00:00.123+00:00``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def new_run_id() -> str:
+    """A fresh run id: 16 random hex characters."""
+    return secrets.token_hex(8)
+
+
+class JournalBase:
+    """A handle on one journal: its connection, transactions and lease guard.
+
+    Args:
+        path: the journal's location: a file path (SQLite) or a URL.
+        write: open for writing (creates and migrates); else read-only, and a journal that
+            does not exist yet reads as empty.
+
+    Raises:
+        JournalError: the journal cannot be used, or its URL scheme is not supported
+            (exit 6).
+    """
+
+    def __init__(self, path: Path | str, *, write: bool) -> None:
+        self.backend: JournalBackend = open_backend(path)
+        self.path = path
+        self.conn: Conn | None = self.backend.open(write=write)
+        #: When set, step writes check that this owner still holds the run's lease.
+        self.owner: str | None = None
+        #: The lease epoch this handle took per run; guarded writes check it.
+        self._epochs: dict[str, int] = {}
+        #: Outcome records waiting to share the next write's transaction (group commit).
+        self._deferred: list[Callable[[Conn], None]] = []
+        #: Runs whose lease was checked in the current transaction.
+        self._guarded: set[str] = set()
+        #: A fresh run's keys cannot be claimed by another run (its id is part of each).
+        self.fresh_keys = False
+        #: The project folder ``last`` (and other defaults) are taken in, or None for any.
+        self.project: str | None = None
+
+    def close(self) -> None:
+        """Commit deferred outcome records, then close the connection.
+
+        Raises:
+            JournalError: the deferred records could not be written (the connection is
+                closed anyway; the steps stay ``running`` for resume to settle).
+        """
+        if self.conn is not None:
+            try:
+                self.flush()
+            finally:
+                self._deferred.clear()
+                self.conn.close()
+                self.conn = None
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _c(self) -> Conn:
+        if self.conn is None:
+            raise JournalError(f"the journal {self.path} is not open for this")
+        return self.conn
+
+    def _write(self) -> Any:
+        return _Tx(self)
+
+    def snapshot(self) -> Any:
+        """``with journal.snapshot():`` the reads inside see one state of the journal."""
+        if self.conn is None:
+            import contextlib
+
+            return contextlib.nullcontext()
+        return self.backend.snapshot(self.conn)
+
+    def flush(self) -> None:
+        """Commit the deferred outcome records now (one transaction)."""
+        if self._deferred:
+            with self._write():
+                pass
+
+    def drop_deferred(self) -> None:
+        """Forget the deferred records unwritten (after the run's lease was lost)."""
+        self._deferred.clear()
+
+    @property
+    def pending_writes(self) -> int:
+        """How many deferred records wait for the next commit."""
+        return len(self._deferred)
+
+    def _guard(self, conn: Conn, run_id: str) -> None:
+        """Refuse the write unless this handle's owner holds the run's lease at its epoch."""
+        if self.owner is None or run_id in self._guarded:
+            return  # checked once per transaction and run
+        self._guarded.add(run_id)
+        row = conn.execute("SELECT lease_owner, lease_epoch FROM runs WHERE run_id = ?",
+                           (run_id,)).fetchone()
+        epoch = self._epochs.get(run_id)
+        if row is None or row[0] != self.owner or (epoch is not None and row[1] != epoch):
+            raise LeaseLost(f"run {run_id} is now held by {row[0] if row else 'nobody'}; "
+                            "this process stops writing to it")
+
+    def _event(self, conn: Conn, run_id: str, kind: str,
+               step_id: str | None = None, item: int | None = None, data: Any = None,
+               ts: str | None = None) -> None:
+        conn.execute(
+            "INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, ts or now(), kind, step_id, item, None if data is None else dumps(data)))
+
+    @staticmethod
+    def _target(run_id: str, step_id: str, item: int | None) -> tuple[str, str, tuple[Any, ...]]:
+        """(table, WHERE clause, its parameters) of a step or one fan-out item."""
+        if item is None:
+            return "steps", "run_id = ? AND step_id = ?", (run_id, step_id)
+        return "items", "run_id = ? AND step_id = ? AND item_index = ?", (run_id, step_id,
+                                                                           item)
+
+
+def count_summary(by_status: dict[str, int]) -> dict[str, int]:
+    """``counts`` of a manifest: total plus one entry per step status."""
+    counts = {"total": sum(by_status.values())}
+    for st in STEP_STATUSES:
+        counts[st] = int(by_status.get(st, 0))
+    return counts
+
+
+class _Tx:
+    """``with journal._write() as conn``: one write transaction, errors as JournalError."""
+
+    def __init__(self, journal: JournalBase) -> None:
+        self.journal = journal
+        self._cm: Any = None
+
+    def __enter__(self) -> Conn:
+        journal = self.journal
+        conn = journal._c()
+        journal._guarded.clear()
+        self._cm = journal.backend.transaction(conn)
+        try:
+            c = self._cm.__enter__()
+            for write in journal._deferred:
+                write(c)
+        except BaseException as exc:
+            self._cm.__exit__(type(exc), exc, exc.__traceback__)
+            if isinstance(exc, journal.backend.Error):
+                raise journal.backend.fail(exc, "write") from None
+            raise
+        return c
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        backend = self.journal.backend
+        try:
+            self._cm.__exit__(et, ev, tb)
+        except backend.Error as exc:
+            raise backend.fail(exc, "write") from None
+        if et is None:
+            self.journal._deferred.clear()
+        if isinstance(ev, backend.Error):
+            raise backend.fail(ev, "write") from None

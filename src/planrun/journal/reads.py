@@ -1,0 +1,286 @@
+"""Reads: runs, steps, items, approvals, events as typed records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import RunError
+from .base import MIN_PREFIX, JournalBase, _reads, count_summary
+from .records import (
+    ApprovalRecord,
+    EventRecord,
+    ItemRecord,
+    RunRecord,
+    StepRecord,
+    _loads,
+    approval_record,
+    event_record,
+    item_record,
+    named,
+    run_record,
+    step_record,
+)
+
+
+class ReadsMixin(JournalBase):
+    """The journal's reads: a part of :class:`planrun.journal.Journal`."""
+
+    def resolve_run_id(self, ref: str) -> str:
+        """The full run id for a run id or a unique prefix (at least 4 characters).
+
+        Raises:
+            RunError: ``unknown_run`` (none, or an ambiguous prefix).
+        """
+        if self.conn is None:
+            raise RunError(f"no run {ref!r} (the journal {self.path} is empty)",
+                           code="unknown_run", hint="List runs with `planrun runs`.")
+        if ref == "last":
+            latest = self.latest_run(self.project)
+            if latest is None:
+                raise RunError(f"no run yet in {self.path}"
+                               + (f" for the project {self.project}" if self.project else ""),
+                               code="unknown_run", hint="List every project's runs with "
+                               "`planrun runs --all`.")
+            return latest
+        if len(ref) < MIN_PREFIX:
+            raise RunError(f"run id {ref!r} is too short; give at least {MIN_PREFIX} "
+                           "characters", code="unknown_run")
+        escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        try:
+            rows = self.conn.execute(
+                "SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 3",
+                (escaped + "%",)).fetchall()
+        except self.backend.DatabaseError as exc:
+            raise self.backend.fail(exc, "read") from None
+        exact = [r[0] for r in rows if r[0] == ref]
+        if exact:
+            return str(exact[0])
+        if not rows:
+            raise RunError(f"no run {ref!r} in {self.path}", code="unknown_run",
+                           hint="List runs with `planrun runs`.")
+        if len(rows) > 1:
+            raise RunError(f"run id prefix {ref!r} is ambiguous ({', '.join(r[0] for r in rows)}"
+                           "…); give more characters", code="unknown_run")
+        return str(rows[0][0])
+
+    @_reads
+    def run(self, run_id: str) -> RunRecord:
+        """The run as a record (its lease as the database clock sees it now).
+
+        Raises:
+            RunError: ``unknown_run`` (exit 5).
+        """
+        cur = self._c().execute(
+            f"SELECT *, lease_expires - {self.backend.NOW_SQL} AS lease_remaining "
+            "FROM runs WHERE run_id = ?", (run_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise RunError(f"no run {run_id!r}", code="unknown_run")
+        return run_record(named([d[0] for d in cur.description], row))
+
+    @_reads
+    def steps(self, run_id: str) -> list[StepRecord]:
+        """The run's steps as records, in plan order."""
+        cur = self._c().execute("SELECT * FROM steps WHERE run_id = ? ORDER BY position",
+                                (run_id,))
+        names = [d[0] for d in cur.description]
+        return [step_record(named(names, r)) for r in cur.fetchall()]
+
+    @_reads
+    def items(self, run_id: str, step_id: str) -> list[ItemRecord]:
+        """The fan-out items of a step as records, in index order."""
+        cur = self._c().execute("SELECT * FROM items WHERE run_id = ? AND step_id = ? "
+                                "ORDER BY item_index", (run_id, step_id))
+        names = [d[0] for d in cur.description]
+        return [item_record(named(names, r)) for r in cur.fetchall()]
+
+    @_reads
+    def approval_records(self, run_id: str) -> list[ApprovalRecord]:
+        """The run's approval decisions as records, in order."""
+        cur = self._c().execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY id",
+                                (run_id,))
+        names = [d[0] for d in cur.description]
+        return [approval_record(named(names, r)) for r in cur.fetchall()]
+
+    @_reads
+    def event_records(self, run_id: str, after: int = 0) -> list[EventRecord]:
+        """The run's events after event id ``after``, as records in order."""
+        cur = self._c().execute(
+            "SELECT id, ts, kind, step_id, item_index, data_json FROM events "
+            "WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after))
+        return [event_record(r) for r in cur]
+
+    # The raw rows (column name -> value), kept for tools and tests that read columns.
+
+    @_reads
+    def run_row(self, run_id: str) -> dict[str, Any]:
+        """The ``runs`` row as a dict."""
+        cur = self._c().execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise RunError(f"no run {run_id!r}", code="unknown_run")
+        return dict(zip([d[0] for d in cur.description], row, strict=True))
+
+    @_reads
+    def step_rows(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's ``steps`` rows, in plan order."""
+        cur = self._c().execute("SELECT * FROM steps WHERE run_id = ? ORDER BY position",
+                                (run_id,))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    @_reads
+    def item_rows(self, run_id: str, step_id: str) -> list[dict[str, Any]]:
+        """The fan-out items of a step, in order."""
+        cur = self._c().execute("SELECT * FROM items WHERE run_id = ? AND step_id = ? "
+                                "ORDER BY item_index", (run_id, step_id))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    @_reads
+    def item_counts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per fan-out step: ``{"total", "succeeded", "failed"}`` of its items."""
+        out: dict[str, dict[str, int]] = {}
+        for sid, st, n in self._c().execute(
+                "SELECT step_id, status, COUNT(*) FROM items WHERE run_id = ? "
+                "GROUP BY step_id, status", (run_id,)):
+            d = out.setdefault(sid, {"total": 0, "succeeded": 0, "failed": 0})
+            d["total"] += n
+            if st in d:
+                d[st] += n
+        return out
+
+    def list_runs(self, *, plan: str | None = None, status: str | None = None,
+                  limit: int | None = None, project: str | None = None
+                  ) -> list[dict[str, Any]]:
+        """Runs newest first, optionally filtered, each with its step counts.
+
+        ``project``: only runs of that project folder (and runs journaled before projects
+        were, whose ``project`` is null). Each summary has ``project`` (or None). One
+        query (the runs and their step counts together).
+        """
+        if self.conn is None:
+            return []
+        where: list[str] = []
+        args: list[Any] = []
+        if plan:
+            where.append("plan_name = ?")
+            args.append(plan)
+        if status:
+            where.append("status = ?")
+            args.append(status)
+        if project:
+            where.append("(project = ? OR project IS NULL)")
+            args.append(project)
+        picked = ("SELECT run_id, plan_name, revision, status, created_at, finished_at, "
+                  "project, seq FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+                  + " ORDER BY created_at DESC, seq DESC")
+        if limit is not None:
+            picked += " LIMIT ?"
+            args.append(limit)
+        sql = (f"SELECT r.run_id, r.plan_name, r.revision, r.status, r.created_at, "
+               "r.finished_at, r.project, s.status, COUNT(s.step_id) "
+               f"FROM ({picked}) r LEFT JOIN steps s ON s.run_id = r.run_id "
+               "GROUP BY r.run_id, r.plan_name, r.revision, r.status, r.created_at, "
+               "r.finished_at, r.project, r.seq, s.status "
+               "ORDER BY r.created_at DESC, r.seq DESC")
+        try:
+            rows = self.conn.execute(sql, args).fetchall()
+        except self.backend.DatabaseError as exc:
+            raise self.backend.fail(exc, "read") from None
+        out: list[dict[str, Any]] = []
+        by_run: dict[str, dict[str, int]] = {}
+        for run_id, name, revision, st, created, finished, proj, step_st, n in rows:
+            if run_id not in by_run:
+                by_run[run_id] = {}
+                out.append({"run_id": run_id, "plan": name, "revision": revision,
+                            "status": st, "started_at": created, "finished_at": finished,
+                            "counts": {}, "project": proj})
+            if step_st is not None:
+                by_run[run_id][step_st] = int(n)
+        for summary in out:
+            summary["counts"] = count_summary(by_run[summary["run_id"]])
+        return out
+
+    @_reads
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's events in order."""
+        return [e.to_json() for e in self.event_records(run_id)]
+
+    @_reads
+    def step_output(self, run_id: str, step_id: str, item: int | None = None) -> Any:
+        """(status, output) of a step (or one fan-out item)."""
+        if item is None:
+            row = self._c().execute(
+                "SELECT status, output_json FROM steps WHERE run_id = ? AND step_id = ?",
+                (run_id, step_id)).fetchone()
+        else:
+            row = self._c().execute(
+                "SELECT status, output_json FROM items WHERE run_id = ? AND step_id = ? "
+                "AND item_index = ?", (run_id, step_id, item)).fetchone()
+        if row is None:
+            return None
+        return row[0], _loads(row[1])
+
+    @_reads
+    def approvals(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's approval decisions in order."""
+        cur = self._c().execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY id",
+                                (run_id,))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    @_reads
+    def idle_gaps(self, run_id: str) -> list[tuple[str, str]]:
+        """When nobody drove the run: (last event before a resume, the resume) pairs.
+
+        A run that died (or was interrupted) and was resumed later was idle from its last
+        journaled event to the ``run_resumed`` event; manifests leave those gaps out of
+        durations (issue 10, bug 12).
+        """
+        c = self._c()
+        out: list[tuple[str, str]] = []
+        for eid, ts in c.execute("SELECT id, ts FROM events WHERE run_id = ? AND "
+                                 "kind = 'run_resumed' ORDER BY id", (run_id,)).fetchall():
+            before = c.execute("SELECT ts FROM events WHERE run_id = ? AND id < ? "
+                               "ORDER BY id DESC LIMIT 1", (run_id, eid)).fetchone()
+            if before is not None and before[0] < ts:
+                out.append((str(before[0]), str(ts)))
+        return out
+
+    @_reads
+    def latest_run(self, project: str | None = None) -> str | None:
+        """The most recent run (of ``project`` and of no recorded project), if any."""
+        sql = "SELECT run_id FROM runs"
+        args: list[Any] = []
+        if project:
+            sql += " WHERE (project = ? OR project IS NULL)"
+            args.append(project)
+        row = self._c().execute(sql + " ORDER BY created_at DESC, seq DESC LIMIT 1",
+                                args).fetchone()
+        return None if row is None else str(row[0])
+
+    @_reads
+    def latest_resumable(self) -> str | None:
+        """The most recent run that is ``interrupted`` or ``running``, if any."""
+        if self.conn is None:
+            return None
+        row = self.conn.execute(
+            "SELECT run_id FROM runs WHERE status IN ('interrupted', 'running') "
+            "ORDER BY created_at DESC, seq DESC LIMIT 1").fetchone()
+        return None if row is None else str(row[0])
+
+    @_reads
+    def select_runs(self, *, before: str, status: str | None = None, plan: str | None = None,
+                    project: str | None = None) -> list[str]:
+        """Ids of runs created before ``before`` (RFC 3339), optionally filtered."""
+        sql = "SELECT run_id FROM runs WHERE created_at < ?"
+        args: list[Any] = [before]
+        for column, value in (("status", status), ("plan_name", plan)):
+            if value:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        if project:
+            sql += " AND (project = ? OR project IS NULL)"
+            args.append(project)
+        return [str(r[0]) for r in self._c().execute(sql + " ORDER BY created_at", args)]

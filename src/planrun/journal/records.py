@@ -1,0 +1,395 @@
+"""Typed records at the journal boundary, and their mapping to and from rows.
+
+Code outside ``planrun.journal`` reads runs, steps, items, approvals, leases and events
+as these records (parsed values, no column names, no JSON text); this module is the one
+place that knows the columns and parses the ``*_json`` ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import procs
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON for a column.
+
+    Values arrive in reference form (``planrun.redact``): a secret parameter's value is
+    already a reference wherever it was, so nothing here needs to know the secrets.
+    """
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (undecodable file names): escape them
+            text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return text
+
+
+# --- leases -----------------------------------------------------------------------------
+
+
+def lease_owner() -> str:
+    """This process as a lease holder: ``host:pid:token``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _owner_pid(owner: str) -> int | None:
+    """The pid of a lease holder on this host, or None (another host, or no pid)."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    return int(pid_text)
+
+
+def holder_identity(owner: str) -> tuple[str | None, int | None]:
+    """(boot id, start ticks) of a holder on this host, journaled with its lease.
+
+    With them a later reader tells a live holder from a process that got its pid after a
+    reboot or pid reuse. (None, None) for a holder on another host.
+    """
+    pid = _owner_pid(owner)
+    if pid is None:
+        return None, None
+    return procs.boot_id(), procs.identify(pid).start_ticks
+
+
+def holder_alive(owner: str, boot_id: str | None = None,
+                 start_ticks: int | None = None) -> bool | None:
+    """Whether the process holding a lease is alive.
+
+    True/False when the holder is on this host (its pid is checked, and with ``boot_id``
+    and ``start_ticks`` from the lease, that it is still the same process); None when it is
+    on another host and cannot be checked from here.
+    """
+    pid = _owner_pid(owner)
+    if pid is None:
+        return None
+    if pid == os.getpid():
+        return True
+    now_boot = procs.boot_id()
+    if boot_id and now_boot and boot_id != now_boot:
+        return False  # the machine restarted since the lease was taken
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if start_ticks is not None:
+        ticks = procs.identify(pid).start_ticks
+        if ticks is not None and ticks != start_ticks:
+            return False  # the pid now belongs to another process
+    return True
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A run's lease (SPEC §7 "Leases", §11).
+
+    Attributes:
+        owner: ``host:pid:token`` of the holder.
+        epoch: how many times the run's lease was taken; every guarded write checks it.
+        until: when it expires, seconds since the epoch by the database clock.
+        remaining_s: seconds left when it was read (database clock; negative: expired).
+        boot_id: the holder's machine boot id, when known.
+        start_ticks: the holder process's start time (clock ticks since boot), when known.
+    """
+
+    owner: str
+    epoch: int
+    until: float | None
+    remaining_s: float
+    boot_id: str | None = None
+    start_ticks: int | None = None
+
+    @property
+    def expired(self) -> bool:
+        """Whether the lease ran out without renewal (the database clock says)."""
+        return self.remaining_s <= 0
+
+    def holder_alive(self) -> bool | None:
+        """:func:`holder_alive` of this lease's holder (None: another host)."""
+        return holder_alive(self.owner, self.boot_id, self.start_ticks)
+
+    def driven(self) -> bool:
+        """Unexpired and its holder not known dead: a process drives the run."""
+        return not self.expired and self.holder_alive() is not False
+
+    def held_by_this_process(self) -> bool:
+        """Whether this process is the holder."""
+        return _owner_pid(self.owner) == os.getpid()
+
+
+def lease_record(row: Sequence[Any]) -> Lease:
+    """(owner, epoch, until, until less the database clock, boot id, start ticks, …)."""
+    owner, epoch, until, remaining, boot, start = row[:6]
+    return Lease(owner=str(owner), epoch=int(epoch or 0),
+                 until=None if until is None else float(until),
+                 remaining_s=float("-inf") if remaining is None else float(remaining),
+                 boot_id=boot, start_ticks=start)
+
+
+# --- runs -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run to journal (``execute``, ``retry``, or a refused plan).
+
+    ``plan`` is the stored plan document, ``params`` the stored parameter values,
+    ``contracts`` the tools' contracts, ``options`` run options (``max_parallel``,
+    ``keep_going``, ``file_sha256``), ``report`` a refused plan's report. ``lease_owner``:
+    the process that takes the run's lease in the same transaction (its ``until`` comes
+    from the database clock).
+    """
+
+    run_id: str
+    root_run_id: str
+    plan_name: str
+    plan: Any
+    digest: str
+    revision: int
+    status: str
+    created_at: str
+    parent_run_id: str | None = None
+    plan_file: str | None = None
+    project: str | None = None
+    goal: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    contracts: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    report: Any = None
+    finished_at: str | None = None
+    lease_owner: str | None = None
+
+
+def new_run_columns(run: NewRun) -> dict[str, Any]:
+    """The ``runs`` columns of a new run (the lease columns are set by the journal)."""
+    return {
+        "run_id": run.run_id, "root_run_id": run.root_run_id,
+        "parent_run_id": run.parent_run_id, "plan_name": run.plan_name,
+        "plan_file": run.plan_file, "project": run.project, "plan_json": dumps(run.plan),
+        "digest": run.digest, "revision": run.revision, "goal": run.goal,
+        "params_json": dumps(run.params), "contracts_json": dumps(run.contracts),
+        "options_json": dumps(run.options),
+        "report_json": None if run.report is None else dumps(run.report),
+        "status": run.status, "created_at": run.created_at, "finished_at": run.finished_at,
+    }
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A journaled run.
+
+    Attributes:
+        run_id, root_run_id, parent_run_id: the run and its lineage.
+        plan_name, plan_file, digest, revision, goal: its plan.
+        status: one of ``RUN_STATUSES``.
+        created_at, finished_at: RFC 3339 UTC (finished_at None while unfinished).
+        project: the project folder it ran in (None: journaled before projects were).
+        params: stored parameter values (reference form); contracts: the tools'
+            contracts; options: run options; report: a refused plan's report or None.
+        lease: the run's lease, or None when nobody holds it.
+        plan: the stored plan document (parsed on first use).
+    """
+
+    run_id: str
+    root_run_id: str
+    parent_run_id: str | None
+    plan_name: str
+    plan_file: str | None
+    digest: str
+    revision: int
+    goal: str | None
+    status: str
+    created_at: str
+    finished_at: str | None
+    project: str | None
+    params: dict[str, Any]
+    contracts: dict[str, Any]
+    options: dict[str, Any]
+    report: Any
+    lease: Lease | None
+    _plan_text: str = field(repr=False, compare=False, default="null")
+
+    @functools.cached_property
+    def plan(self) -> Any:
+        """The stored plan document."""
+        return json.loads(self._plan_text)
+
+
+def run_record(row: dict[str, Any]) -> RunRecord:
+    """A ``runs`` row (with ``lease_remaining``: ``lease_expires`` less the database clock)."""
+    owner = row.get("lease_owner")
+    lease = None if not owner else Lease(
+        owner=str(owner), epoch=int(row.get("lease_epoch") or 0),
+        until=row.get("lease_expires"),
+        remaining_s=float(row["lease_remaining"]) if row.get("lease_remaining") is not None
+        else float("-inf"),
+        boot_id=row.get("lease_boot"), start_ticks=row.get("lease_start"))
+    return RunRecord(
+        run_id=row["run_id"], root_run_id=row["root_run_id"],
+        parent_run_id=row["parent_run_id"], plan_name=row["plan_name"],
+        plan_file=row["plan_file"], digest=row["digest"], revision=row["revision"],
+        goal=row["goal"], status=row["status"], created_at=row["created_at"],
+        finished_at=row["finished_at"], project=row.get("project"),
+        params=_loads(row["params_json"]) or {},
+        contracts=_loads(row["contracts_json"]) or {},
+        options=_loads(row.get("options_json")) or {},
+        report=_loads(row.get("report_json")), lease=lease,
+        _plan_text=row["plan_json"])
+
+
+# --- steps and items --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A journaled step of a run.
+
+    Attributes:
+        step_id, position, tool: the step, its index in plan order, its tool.
+        status: one of ``STEP_STATUSES``.
+        attempts: dispatches so far; recoveries: re-dispatches after a crash.
+        idempotency_key: the key of its last dispatch, or None.
+        error: ``{"code", "message", …}`` of a failed/indeterminate/skipped step, or None.
+        skip_reason, started_at, finished_at, replayed, approved_by: as journaled.
+        output_bytes: size of the stored output (0 without one).
+        output: the stored output (parsed on first use; None without one).
+    """
+
+    run_id: str
+    step_id: str
+    position: int
+    tool: str
+    status: str
+    attempts: int
+    recoveries: int
+    idempotency_key: str | None
+    error: dict[str, Any] | None
+    skip_reason: str | None
+    started_at: str | None
+    finished_at: str | None
+    replayed: bool
+    approved_by: str | None
+    output_bytes: int
+    _output_text: str | None = field(repr=False, compare=False, default=None)
+
+    @functools.cached_property
+    def output(self) -> Any:
+        """The stored output (None when there is none)."""
+        return _loads(self._output_text)
+
+
+def step_record(row: dict[str, Any]) -> StepRecord:
+    """A ``steps`` row as a record."""
+    out = row["output_json"]
+    return StepRecord(
+        run_id=row["run_id"], step_id=row["step_id"], position=row["position"],
+        tool=row["tool"], status=row["status"], attempts=row["attempts"],
+        recoveries=row.get("recoveries") or 0, idempotency_key=row["idempotency_key"],
+        error=_loads(row["error_json"]), skip_reason=row["skip_reason"],
+        started_at=row["started_at"], finished_at=row["finished_at"],
+        replayed=bool(row["replayed"]), approved_by=row["approved_by"],
+        output_bytes=len(out.encode()) if out else 0, _output_text=out)
+
+
+@dataclass(frozen=True)
+class ItemRecord:
+    """A journaled fan-out item of a step (fields as :class:`StepRecord`)."""
+
+    run_id: str
+    step_id: str
+    index: int
+    status: str
+    attempts: int
+    recoveries: int
+    idempotency_key: str | None
+    error: dict[str, Any] | None
+    started_at: str | None
+    finished_at: str | None
+    replayed: bool
+    _output_text: str | None = field(repr=False, compare=False, default=None)
+
+    @functools.cached_property
+    def output(self) -> Any:
+        """The stored output (None when there is none)."""
+        return _loads(self._output_text)
+
+
+def item_record(row: dict[str, Any]) -> ItemRecord:
+    """An ``items`` row as a record."""
+    return ItemRecord(
+        run_id=row["run_id"], step_id=row["step_id"], index=row["item_index"],
+        status=row["status"], attempts=row["attempts"], recoveries=row.get("recoveries") or 0,
+        idempotency_key=row["idempotency_key"], error=_loads(row["error_json"]),
+        started_at=row["started_at"], finished_at=row["finished_at"],
+        replayed=bool(row["replayed"]), _output_text=row["output_json"])
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One journaled approval decision."""
+
+    id: int
+    run_id: str
+    step_id: str
+    item: int | None
+    tool: str
+    digest: str
+    granted: bool
+    decided_by: str
+    method: str
+    decided_at: str
+    reason: str | None
+
+
+def approval_record(row: dict[str, Any]) -> ApprovalRecord:
+    """An ``approvals`` row as a record."""
+    return ApprovalRecord(
+        id=row["id"], run_id=row["run_id"], step_id=row["step_id"], item=row["item_index"],
+        tool=row["tool"], digest=row["digest"], granted=bool(row["granted"]),
+        decided_by=row["decided_by"], method=row["method"], decided_at=row["decided_at"],
+        reason=row["reason"])
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One journaled event (``planrun log``'s objects, SPEC §8)."""
+
+    id: int
+    ts: str
+    kind: str
+    step: str | None
+    item: int | None
+    data: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"id", "ts", "kind", "step", "item", "data"}``."""
+        return {"id": self.id, "ts": self.ts, "kind": self.kind, "step": self.step,
+                "item": self.item, "data": self.data}
+
+
+def event_record(row: Sequence[Any]) -> EventRecord:
+    """(id, ts, kind, step_id, item_index, data_json) as a record."""
+    eid, ts, kind, step_id, item, data = row
+    return EventRecord(id=eid, ts=ts, kind=kind, step=step_id, item=item, data=_loads(data))
+
+
+def named(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+    """A row as a dict of its column names."""
+    return dict(zip(names, row, strict=True))
