@@ -152,7 +152,7 @@ class _Heartbeat(threading.Thread):
     When the lease is found taken, ``on_lost`` is called from this thread, once.
     """
 
-    def __init__(self, path: Path, run_ids: list[str], owner: str,
+    def __init__(self, path: Path | str, run_ids: list[str], owner: str,
                  on_lost: Callable[[], None]) -> None:
         super().__init__(name="planrun-lease", daemon=True)
         self.path, self.run_ids, self.owner, self.on_lost = path, run_ids, owner, on_lost
