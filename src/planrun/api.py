@@ -311,8 +311,8 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         JournalError: the journal is unusable (exit 6).
     """
     from . import approval, runner
-    from .journal import Journal, dumps, now
-    from .journal.store import lease_owner, lease_ttl, new_run_id
+    from .journal import Journal
+    from .journal.store import lease_owner, new_run_id
 
     registry = load_registry(settings)
     loaded = check(settings, name, registry, given, concrete=True)
@@ -332,19 +332,12 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     parallel = max_parallel or plan.max_parallel or settings.max_parallel
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal:
-        created = now()
-        journal.create_run(run={
-            "run_id": run_id, "root_run_id": run_id, "parent_run_id": None,
-            "plan_name": plan.name, "plan_file": journaled_path(loaded.path, settings),
-            "project": project_key(settings), "plan_json": dumps(plan.document),
-            "digest": plan.digest, "revision": plan.revision, "goal": plan.goal,
-            "params_json": dumps(runner.stored_params(plan)),
-            "contracts_json": dumps(runner.contracts(plan)),
-            "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
-                                   "file_sha256": file_sha256(loaded.path, plan)}),
-            "status": "running", "created_at": created, "lease_owner": owner,
-            "lease_expires": time.time() + lease_ttl(),
-        }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
+        journal.create_run(run=runner.new_run(
+            plan, run_id=run_id, root_run_id=run_id, owner=owner, document=plan.document,
+            plan_file=journaled_path(loaded.path, settings), project=project_key(settings),
+            options={"max_parallel": parallel, "keep_going": keep_going,
+                     "file_sha256": file_sha256(loaded.path, plan)},
+        ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
             event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest})
         journal.owner = owner
         journal.fresh_keys = True
@@ -428,7 +421,7 @@ def _first_code(report: PlanReport) -> str:
 def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None:
     from . import redact
     from .canonical import digest
-    from .journal import Journal, dumps, now
+    from .journal import Journal, NewRun, now
     from .journal.store import new_run_id
     from .models import MAX_STORED_INT
 
@@ -442,17 +435,16 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
         dig = ""
     revision = data.get("revision") if isinstance(data, dict) else None
     with Journal(settings.journal, write=True) as journal:
-        journal.refuse_run(run={
-            "run_id": run_id, "root_run_id": run_id, "plan_name": str(name),
-            "plan_file": journaled_path(loaded.path, settings),
-            "project": project_key(settings), "plan_json": dumps(data), "digest": dig,
-            "revision": revision if isinstance(revision, int) and not isinstance(
+        journal.refuse_run(run=NewRun(
+            run_id=run_id, root_run_id=run_id, plan_name=str(name),
+            plan_file=journaled_path(loaded.path, settings),
+            project=project_key(settings), plan=data, digest=dig,
+            revision=revision if isinstance(revision, int) and not isinstance(
                 revision, bool) and 1 <= revision <= MAX_STORED_INT else 1,
-            "goal": data.get("goal") if isinstance(data, dict) and isinstance(
+            goal=data.get("goal") if isinstance(data, dict) and isinstance(
                 data.get("goal"), str) else None,
-            "params_json": "{}", "contracts_json": "{}", "status": "refused",
-            "report_json": dumps(report.to_json()), "created_at": now(), "finished_at": now(),
-        }, report={"issues": [i.to_json() for i in loaded.report.issues]})
+            status="refused", report=report.to_json(), created_at=now(), finished_at=now(),
+        ), report={"issues": [i.to_json() for i in loaded.report.issues]})
         for issue in loaded.report.issues:
             if issue.code == "refused":
                 journal.add_event(run_id, "autonomy_refused", step_id=issue.step,
@@ -512,7 +504,7 @@ def output(settings: Settings, run_ref: str, step: str, item: int | None = None)
         run_id = journal.resolve_run_id(run_ref)
         found = journal.step_output(run_id, step, item)
         if found is None:
-            steps = [r["step_id"] for r in journal.step_rows(run_id)]
+            steps = [r.step_id for r in journal.steps(run_id)]
             raise UsageError(f"run {run_id} has no step {step!r}"
                              + (f" item {item}" if item is not None else "")
                              + f" (steps: {', '.join(steps)})", code="unknown_step")
@@ -543,16 +535,12 @@ def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
             run_id = journal.resolve_run_id(run_ref)
             run_ref = run_id
             events = [e for e in journal.events(run_id) if e["id"] > last]
-            row = journal.run_row(run_id)
+            row = journal.run(run_id)
         yield from events
         if events:
             last = events[-1]["id"]
-        from .journal.store import holder_alive
-
-        owner = row["lease_owner"]
-        driven = (owner is not None and (row["lease_expires"] or 0) > time.time()
-                  and holder_alive(owner) is not False)
-        if row["status"] != "running" or not driven:
+        driven = row.lease is not None and row.lease.driven()
+        if row.status != "running" or not driven:
             with Journal(settings.journal, write=False) as journal:
                 tail = [e for e in journal.events(run_id) if e["id"] > last]
             yield from tail

@@ -572,8 +572,6 @@ def _plan_steps_and_params(ctx: Any, args: list[str]
     Of the plan on the command line (``execute PLAN``) or of the run (``resume RUN``,
     ``retry RUN``, ``output RUN``; default the latest).
     """
-    import json
-
     settings = _ctx_settings(args)
     command = getattr(getattr(ctx, "command", None), "name", "")
     _, positional = _words(args)
@@ -592,8 +590,7 @@ def _plan_steps_and_params(ctx: Any, args: list[str]
             journal.project = _project_of(settings)
             ref = positional[0] if (positional and command != "output") or len(
                 positional) > 1 else "last"
-            row = journal.run_row(journal.resolve_run_id(ref))
-            data = json.loads(row["plan_json"])
+            data = journal.run(journal.resolve_run_id(ref)).plan
     if not isinstance(data, dict):
         return [], [], []
     steps = [s for s in data.get("steps") or [] if isinstance(s, dict)]

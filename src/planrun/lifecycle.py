@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,14 @@ from .approval import request_for, user_name
 from .errors import Refused, RunError, UsageError
 from .executor import StepState
 from .issues import Report
-from .journal import Journal, dumps, now
-from .journal.store import holder_alive, lease_owner, lease_ttl, new_run_id
+from .journal import ItemRecord, Journal, RunRecord, StepRecord
+from .journal.store import lease_owner, new_run_id
 from .manifest import RESUMABLE
 from .paths import Settings
 from .validation import CheckedPlan, ParamInput
 
 
-def journaled_params(row: dict[str, Any], data: Any) -> tuple[dict[str, Any], set[str]]:
+def journaled_params(row: RunRecord, data: Any) -> tuple[dict[str, Any], set[str]]:
     """(values journaled for the run's parameters, names of its secret parameters).
 
     A secret is journaled as a reference to itself (``***`` in journals written before
@@ -36,7 +35,7 @@ def journaled_params(row: dict[str, Any], data: Any) -> tuple[dict[str, Any], se
     """
     from .redact import reveal
 
-    journaled = json.loads(row["params_json"] or "{}")
+    journaled = row.params
     declared = data.get("params") if isinstance(data, dict) else None
     declared = declared if isinstance(declared, dict) else {}
     secret = {k for k, v in journaled.items()
@@ -46,7 +45,7 @@ def journaled_params(row: dict[str, Any], data: Any) -> tuple[dict[str, Any], se
     return {k: reveal(v, {}) for k, v in journaled.items() if k not in secret}, secret
 
 
-def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
+def _replan(journal: Journal, settings: Settings, row: RunRecord,
             given: ParamInput | None) -> CheckedPlan:
     """The journaled plan, revalidated against the current registry and policy.
 
@@ -61,8 +60,8 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
     from .validation import check_plan
 
     registry = load_registry(settings)
-    shown = f"journal:{row['run_id']} ({row['plan_file']})"
-    data = redact.loaded_plan(json.loads(row["plan_json"]))
+    shown = f"journal:{row.run_id} ({row.plan_file})"
+    data = redact.loaded_plan(row.plan)
     # the journal wrote it: no need to parse it again, only to give issues a text to point at
     doc = Document(data=data, file=shown, text=json.dumps(data, indent=2), kind="json")
     values, secret = journaled_params(row, data)
@@ -71,7 +70,7 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
     # secrets, which were never written down, are given again.
     fixed = sorted((set(given.cli) | set(given.file_values)) & set(values))
     if fixed:
-        raise UsageError(f"parameter {fixed[0]!r} keeps the value run {row['run_id']} "
+        raise UsageError(f"parameter {fixed[0]!r} keeps the value run {row.run_id} "
                          f"started with ({json.dumps(values[fixed[0]])}); -p and "
                          "--params-file give only secret parameters to resume and retry",
                          hint="To run with other values, start a new run with planrun "
@@ -84,18 +83,18 @@ def _replan(journal: Journal, settings: Settings, row: dict[str, Any],
 
     with no_gc():
         report, plan = check_plan(doc, registry, settings, merged, concrete=True,
-                                  name_hint=row["plan_name"], known_digest=row["digest"])
+                                  name_hint=row.plan_name, known_digest=row.digest)
     if plan is None:
-        journal.add_event(row["run_id"], "plan_refused",
+        journal.add_event(row.run_id, "plan_refused",
                           data={"issues": [i.to_json() for i in report.issues],
                                 "during": "resume"})
-        raise Refused(f"run {row['run_id']}'s plan no longer passes validation",
+        raise Refused(f"run {row.run_id}'s plan no longer passes validation",
                       code=report.issues[0].code if report.issues else "refused",
                       report=Report(plans=[report]))
     return plan
 
 
-def changed_plan_note(settings: Settings, row: dict[str, Any]) -> str | None:
+def changed_plan_note(settings: Settings, row: RunRecord) -> str | None:
     """A note when the plan file on disk no longer matches the journaled plan.
 
     resume and retry always use the journaled plan; a user who edited the file expects the
@@ -104,17 +103,17 @@ def changed_plan_note(settings: Settings, row: dict[str, Any]) -> str | None:
     """
     from .api import file_sha256
 
-    shown = row.get("plan_file")
-    then = json.loads(row.get("options_json") or "{}").get("file_sha256")
+    shown = row.plan_file
+    then = row.options.get("file_sha256")
     if not shown or not then:
         return None
     # The run's own project folder first (journaled since schema 2); older runs: here.
-    bases = [Path(row["project"])] if row.get("project") else []
+    bases = [Path(row.project)] if row.project else []
     for base in (*bases, Path.cwd(), settings.project):
         path = base / shown
         if path.is_file():
             if file_sha256(path) != then:
-                return (f"{shown} changed since run {row['run_id']} started; this uses the "
+                return (f"{shown} changed since run {row.run_id} started; this uses the "
                         "journaled plan. To run the edited file, start a new run with "
                         "planrun execute.")
             return None
@@ -136,9 +135,9 @@ class Analysis:
     explain: list[dict[str, Any]]
 
 
-def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
+def analyse(rows: list[StepRecord], plan: CheckedPlan | None,
             contracts: dict[str, Any],
-            items: dict[str, list[dict[str, Any]]] | None = None) -> Analysis:
+            items: dict[str, list[ItemRecord]] | None = None) -> Analysis:
     """Decide, per journaled step (and fan-out item), what resume does; changes nothing.
 
     Args:
@@ -153,20 +152,19 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
     blocked: list[tuple[str, int | None]] = []
     explain: list[dict[str, Any]] = []
     for r in rows:
-        sid, st = r["step_id"], r["status"]
+        sid, st = r.step_id, r.status
         tool = plan.by_id[sid].tool if plan and sid in plan.by_id else None
         idempotent = tool.entry.idempotent if tool else bool(
-            (contracts.get(r["tool"]) or {}).get("idempotent"))
+            (contracts.get(r.tool) or {}).get("idempotent"))
         its = (items or {}).get(sid)
         if its and st in ("running", "indeterminate"):
-            unknown = [i["item_index"] for i in its if i["status"] in ("running",
-                                                                        "indeterminate")]
-            done = sum(1 for i in its if i["status"] == "succeeded")
+            unknown = [i.index for i in its if i.status in ("running", "indeterminate")]
+            done = sum(1 for i in its if i.status == "succeeded")
             if unknown and not idempotent:
                 state[sid] = StepState("indeterminate")
                 blocked.extend((sid, i) for i in unknown)
                 action, why = "stop", (f"indeterminate: fan-out item(s) {unknown} were "
-                                       f"running at crash and tool {r['tool']!r} is not "
+                                       f"running at crash and tool {r.tool!r} is not "
                                        "idempotent; settle each with planrun resolve --item")
             else:
                 state[sid] = StepState("pending")
@@ -174,39 +172,39 @@ def analyse(rows: list[dict[str, Any]], plan: CheckedPlan | None,
                 again = f", item(s) {unknown} again (idempotent)" if unknown else ""
                 action, why = "run", (f"fan-out: {done} of {len(its)} items succeeded and "
                                       f"are replayed; the rest run{again}")
-            explain.append({"step": sid, "tool": r["tool"], "status": st, "action": action,
+            explain.append({"step": sid, "tool": r.tool, "status": st, "action": action,
                             "why": why})
             continue
         if st == "succeeded":
-            state[sid] = StepState("succeeded", json.loads(r["output_json"] or "null"))
+            state[sid] = StepState("succeeded", r.output)
             replay.append(sid)
-            action, why = "replay", f"succeeded at {r['finished_at']}"
+            action, why = "replay", f"succeeded at {r.finished_at}"
         elif st in ("running", "indeterminate"):
             was = ("running when the run stopped" if st == "running"
                    else "its effect is unknown")
             limit = _max_recoveries(plan, sid)
-            if idempotent and st == "running" and r.get("recoveries", 0) >= limit:
+            if idempotent and st == "running" and r.recoveries >= limit:
                 state[sid] = StepState("pending")  # the executor fails it, without a call
                 rerun.append(sid)
-                action, why = "fail", (f"recovery_exhausted: {was} {r['recoveries'] + 1} "
+                action, why = "fail", (f"recovery_exhausted: {was} {r.recoveries + 1} "
                                        f"time(s), and max_recoveries is {limit}")
             elif idempotent:
                 state[sid] = StepState("pending")
                 rerun.append(sid)
-                action, why = "run", f"{was}, tool {r['tool']!r} is idempotent (same key)"
+                action, why = "run", f"{was}, tool {r.tool!r} is idempotent (same key)"
             else:
                 state[sid] = StepState("indeterminate")
                 blocked.append((sid, None))
-                action, why = "stop", (f"indeterminate ({was}) and tool {r['tool']!r} is "
+                action, why = "stop", (f"indeterminate ({was}) and tool {r.tool!r} is "
                                        "not idempotent; settle it with planrun resolve")
         elif st == "pending":
             state[sid] = StepState("pending")
             action, why = "run", "never dispatched"
         else:
-            state[sid] = StepState(st, reason=r["skip_reason"])
+            state[sid] = StepState(st, reason=r.skip_reason)
             action = "keep"
-            why = st if st != "skipped" else f"skipped ({r['skip_reason']})"
-        explain.append({"step": sid, "tool": r["tool"], "status": st, "action": action,
+            why = st if st != "skipped" else f"skipped ({r.skip_reason})"
+        explain.append({"step": sid, "tool": r.tool, "status": st, "action": action,
                         "why": why})
     return Analysis(state, replay, rerun, blocked, explain)
 
@@ -220,18 +218,18 @@ def _max_recoveries(plan: CheckedPlan | None, sid: str) -> int:
     return MAX_RECOVERIES if limit is None else int(limit)
 
 
-def _items(journal: Journal, run_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Item rows of the run's fan-out steps that were started."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in journal.step_rows(run_id):
-        if r["status"] in ("running", "indeterminate"):
-            rows = journal.item_rows(run_id, r["step_id"])
+def _items(journal: Journal, run_id: str) -> dict[str, list[ItemRecord]]:
+    """Item records of the run's fan-out steps that were started."""
+    out: dict[str, list[ItemRecord]] = {}
+    for r in journal.steps(run_id):
+        if r.status in ("running", "indeterminate"):
+            rows = journal.items(run_id, r.step_id)
             if rows:
-                out[r["step_id"]] = rows
+                out[r.step_id] = rows
     return out
 
 
-def _resumable_run(journal: Journal, ref: str | None) -> dict[str, Any]:
+def _resumable_run(journal: Journal, ref: str | None) -> RunRecord:
     if ref is None:
         run_id = journal.latest_resumable()
         if run_id is None:
@@ -239,11 +237,11 @@ def _resumable_run(journal: Journal, ref: str | None) -> dict[str, Any]:
                            code="run_not_resumable", hint="List runs with `planrun runs`.")
     else:
         run_id = journal.resolve_run_id(ref)
-    row = journal.run_row(run_id)
-    if row["status"] not in RESUMABLE:
+    row = journal.run(run_id)
+    if row.status not in RESUMABLE:
         hint = (f"Start a child run that re-runs the failed steps: planrun retry {run_id}"
-                if row["status"] == "failed" else "Start a new run with planrun execute.")
-        raise RunError(f"run {run_id} is {row['status']}; only an interrupted or running "
+                if row.status == "failed" else "Start a new run with planrun execute.")
+        raise RunError(f"run {run_id} is {row.status}; only an interrupted or running "
                        "run can be resumed", code="run_not_resumable", hint=hint)
     return row
 
@@ -282,7 +280,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal, contextlib.ExitStack() as guard:
         row = _resumable_run(journal, ref)
-        run_id = row["run_id"]
+        run_id = row.run_id
         journal.take_lease(run_id, owner, statuses=RESUMABLE)
         guard.enter_context(runner.internal_guard(journal, run_id))  # a bug: run failed
         try:
@@ -291,8 +289,8 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
                 from .api import check_approve
 
                 check_approve(approve, plan)
-            found = analyse(journal.step_rows(run_id), plan,
-                            json.loads(row["contracts_json"]), _items(journal, run_id))
+            found = analyse(journal.steps(run_id), plan,
+                            row.contracts, _items(journal, run_id))
             if found.blocked:
                 journal.mark_indeterminate(run_id, found.blocked,
                                            "running when the run died; effect unknown")
@@ -305,7 +303,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
                                        policy=plan.policy, whole_run=[
                                            request_for(s) for s in plan.steps
                                            if s.approval_reason])
-            options = json.loads(row["options_json"] or "{}")
+            options = row.options
             parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
             going = options.get("keep_going", False) if keep_going is None else keep_going
             journal.begin_resume(run_id, found.replay, {
@@ -315,7 +313,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             raise
         note = changed_plan_note(settings, row)
         result = runner.drive(journal, settings, plan, run_id=run_id,
-                              root_run_id=row["root_run_id"], owner=owner,
+                              root_run_id=row.root_run_id, owner=owner,
                               max_parallel=int(parallel), keep_going=bool(going),
                               state=found.state, progress=progress)
         if note:
@@ -332,8 +330,8 @@ def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
     grants are checked again against the policy and clock of this moment (one removed,
     expired or narrowed since clears nothing).
     """
-    granted = {(a["step_id"], a["digest"]) for a in journal.approvals(run_id)
-               if a["granted"] and a["method"] != "grant"}
+    granted = {(a.step_id, a.digest) for a in journal.approval_records(run_id)
+               if a.granted and a.method != "grant"}
     out = []
     for step in plan.steps:
         if step.approval_reason and step.id in to_run:
@@ -351,7 +349,7 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
             raise RunError("the journal is empty; there is no run to resume",
                            code="run_not_resumable")
         row = _resumable_run(journal, ref)
-        run_id = row["run_id"]
+        run_id = row.run_id
         problems = None
         plan = None
         try:
@@ -360,7 +358,7 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
             from .validation import check_plan
 
             registry = load_registry(settings)
-            data = redact.loaded_plan(json.loads(row["plan_json"]))
+            data = redact.loaded_plan(row.plan)
             doc = parse_text(json.dumps(data, indent=2), kind="json",
                              file=f"journal:{run_id}")
             values, _secret = journaled_params(row, data)
@@ -373,18 +371,16 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         except Refused as exc:
             problems = [i.to_json() for i in exc.report.all_issues()] if isinstance(
                 exc.report, Report) else [{"code": exc.code, "message": exc.message}]
-        found = analyse(journal.step_rows(run_id), plan, json.loads(row["contracts_json"]),
+        found = analyse(journal.steps(run_id), plan, row.contracts,
                         _items(journal, run_id))
-        holder = row["lease_owner"]
         lease = None
-        if holder:
-            alive = holder_alive(holder)
-            lease = {"owner": holder, "alive": alive,
-                     "expires_in_s": round((row["lease_expires"] or 0) - time.time(), 1)}
+        if row.lease is not None:
+            lease = {"owner": row.lease.owner, "alive": row.lease.holder_alive(),
+                     "expires_in_s": round(row.lease.remaining_s, 1)}
         calls = journal.calls(run_id)
         busy = any(c["alive"] is not False for c in calls)
         note = changed_plan_note(settings, row)
-        return {"run_id": run_id, "status": row["status"], "lease": lease, "calls": calls,
+        return {"run_id": run_id, "status": row.status, "lease": lease, "calls": calls,
                 "revalidation": {"ok": problems is None, "issues": problems or []},
                 "would_stop": bool(found.blocked) or problems is not None or busy,
                 "steps": found.explain, "notes": [note] if note else []}
@@ -414,11 +410,11 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
         run_id = journal.resolve_run_id(run_ref)
         journal.take_lease(run_id, owner)
         try:
-            if item is None and journal.item_rows(run_id, step):
+            if item is None and journal.items(run_id, step):
                 raise UsageError(f"step {step!r} fans out: resolve its indeterminate items "
                                  "one by one with --item N")
             if succeeded:
-                _check_resolved_output(settings, journal.run_row(run_id), step, item,
+                _check_resolved_output(settings, journal.run(run_id), step, item,
                                        value, output is not None)
             journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
                                  reason=reason, decided_by=user_name(), item=item)
@@ -453,7 +449,7 @@ def _readers(document: Any, step: str) -> list[str]:
     return out
 
 
-def _check_resolved_output(settings: Settings, row: dict[str, Any], step: str,
+def _check_resolved_output(settings: Settings, row: RunRecord, step: str,
                            item: int | None, value: Any, given: bool) -> None:
     """Refuse a ``resolve --succeeded`` whose output later steps could not use.
 
@@ -465,7 +461,7 @@ def _check_resolved_output(settings: Settings, row: dict[str, Any], step: str,
         UsageError: ``usage`` (exit 2), naming the readers or the schema problem.
     """
     what = f"step {step!r}" + (f" item {item}" if item is not None else "")
-    readers = _readers(json.loads(row["plan_json"]), step)
+    readers = _readers(row.plan, step)
     if not given and readers:
         raise UsageError(f"{what}: later steps read its output ({', '.join(readers)}), so "
                          "resolving it as succeeded needs the output it produced",
@@ -480,7 +476,7 @@ def _check_resolved_output(settings: Settings, row: dict[str, Any], step: str,
     except Exception:  # no registry to check against: the journal keeps what was given
         return
     tool = None
-    for s in json.loads(row["plan_json"]).get("steps") or []:
+    for s in row.plan.get("steps") or []:
         if isinstance(s, dict) and s.get("id") == step:
             tool = s.get("tool")
     spec = registry.tools.get(tool) if isinstance(tool, str) else None
@@ -515,14 +511,14 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal:
         parent_id = journal.resolve_run_id(run_ref)
-        row = journal.run_row(parent_id)
+        row = journal.run(parent_id)
         allowed = ("failed", "completed") if from_step else ("failed",)
-        if row["status"] not in allowed:
-            hint = (f"Use planrun resume {parent_id}." if row["status"] in RESUMABLE
+        if row.status not in allowed:
+            hint = (f"Use planrun resume {parent_id}." if row.status in RESUMABLE
                     else f"Re-run steps with planrun retry {parent_id} --from STEP, or "
-                    "start a new run with planrun execute." if row["status"] == "completed"
+                    "start a new run with planrun execute." if row.status == "completed"
                     else "Start a new run with planrun execute.")
-            raise RunError(f"run {parent_id} is {row['status']}; only a failed run is "
+            raise RunError(f"run {parent_id} is {row.status}; only a failed run is "
                            "retried" + (" (or a completed one, with --from)"
                                         if not from_step else ""),
                            code="run_not_resumable", hint=hint)
@@ -537,22 +533,22 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
             journal.release_lease(parent_id, owner)
 
 
-def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
+def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
                  given: ParamInput | None, owner: str, approve: list[str],
                  approve_all: bool, approver: Any, max_parallel: int | None,
                  keep_going: bool, progress: Any, from_step: str | None = None
                  ) -> dict[str, Any]:
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
-    parent_id = row["run_id"]
+    parent_id = row.run_id
     plan = _replan(journal, settings, row, given)
     from .api import check_approve
 
     check_approve(approve, plan)
-    parent_rows = journal.step_rows(parent_id)
+    parent_rows = journal.steps(parent_id)
     unknown: list[tuple[str, int | None]] = [
-        (r["step_id"], None) for r in parent_rows if r["status"] in (
-        "indeterminate", "running") and r["step_id"] in plan.by_id
-        and not plan.by_id[r["step_id"]].tool.entry.idempotent]
+        (r.step_id, None) for r in parent_rows if r.status in (
+        "indeterminate", "running") and r.step_id in plan.by_id
+        and not plan.by_id[r.step_id].tool.entry.idempotent]
     if unknown:
         # A child run would call them again without anyone knowing whether the first call
         # had its effect: a person settles them first.
@@ -560,24 +556,18 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
     again: set[str] = set()
     if from_step is not None:
         again = _from_and_after(plan, from_step)
-        journal.release_keys(row["root_run_id"], sorted(again))
-    inherited = [r["step_id"] for r in parent_rows if r["status"] == "succeeded"
-                 and r["step_id"] in plan.by_id and r["step_id"] not in again]
+        journal.release_keys(row.root_run_id, sorted(again))
+    inherited = [r.step_id for r in parent_rows if r.status == "succeeded"
+                 and r.step_id in plan.by_id and r.step_id not in again]
     child = new_run_id()
-    options = json.loads(row["options_json"] or "{}")
+    options = row.options
     parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
-    journal.create_run(run={
-        "run_id": child, "root_run_id": row["root_run_id"], "parent_run_id": parent_id,
-        "plan_name": row["plan_name"], "plan_file": row["plan_file"],
-        "project": row.get("project"), "plan_json": row["plan_json"], "digest": row["digest"],
-        "revision": row["revision"], "goal": row["goal"],
-        "params_json": dumps(runner.stored_params(plan)),
-        "contracts_json": dumps(runner.contracts(plan)),
-        "options_json": dumps({"max_parallel": parallel, "keep_going": keep_going,
-                               "file_sha256": options.get("file_sha256")}),
-        "status": "running", "created_at": now(), "lease_owner": owner,
-        "lease_expires": time.time() + lease_ttl(),
-    }, steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
+    journal.create_run(run=runner.new_run(
+        plan, run_id=child, root_run_id=row.root_run_id, parent_run_id=parent_id,
+        owner=owner, document=row.plan, plan_file=row.plan_file, project=row.project,
+        options={"max_parallel": parallel, "keep_going": keep_going,
+                 "file_sha256": options.get("file_sha256")},
+    ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
         event_data={"plan": plan.name, "retry_of": parent_id})
     journal.owner = owner
     with runner.internal_guard(journal, child):  # a bug ends the child run failed
@@ -586,16 +576,16 @@ def _retry_child(journal: Journal, settings: Settings, row: dict[str, Any],
                             keep_going, progress)
 
 
-def _drive_child(journal: Journal, settings: Settings, row: dict[str, Any],
+def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                  plan: CheckedPlan, child: str, owner: str, inherited: list[str],
-                 parent_rows: list[dict[str, Any]], approve: list[str], approve_all: bool,
+                 parent_rows: list[StepRecord], approve: list[str], approve_all: bool,
                  approver: Any, parallel: int, keep_going: bool, progress: Any
                  ) -> dict[str, Any]:
     """Clear and run the new child run ``child`` of the failed run ``row``."""
-    parent_id = row["run_id"]
+    parent_id = row.run_id
     journal.copy_succeeded(parent_id, child, inherited)
-    state = {sid: StepState("succeeded", json.loads(r["output_json"] or "null"))
-             for r in parent_rows if (sid := r["step_id"]) in inherited}
+    state = {sid: StepState("succeeded", r.output)
+             for r in parent_rows if (sid := r.step_id) in inherited}
     to_run = set(plan.by_id) - set(inherited)
     requests = [request_for(s) for s in plan.steps
                 if s.approval_reason and s.id in to_run]
@@ -604,7 +594,7 @@ def _drive_child(journal: Journal, settings: Settings, row: dict[str, Any],
                                approver, on_deny="denied", plan=plan, policy=plan.policy)
     note = changed_plan_note(settings, row)
     result = runner.drive(journal, settings, plan, run_id=child,
-                          root_run_id=row["root_run_id"], owner=owner,
+                          root_run_id=row.root_run_id, owner=owner,
                           max_parallel=int(parallel), keep_going=keep_going, state=state,
                           progress=progress, also_leased=[parent_id])
     if note:
@@ -645,10 +635,9 @@ def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
     """
     with Journal(settings.journal, write=True) as journal:
         run_id = journal.resolve_run_id(run_ref)
-        row = journal.run_row(run_id)
-        holder = row["lease_owner"]
-        expired = (row["lease_expires"] or 0) < time.time()
-        if holder and holder_alive(holder) is True and not expired:
+        row = journal.run(run_id)
+        holder = row.lease.owner if row.lease else None
+        if row.lease and row.lease.holder_alive() is True and not row.lease.expired:
             raise RunError(f"run {run_id}'s lease is held by a live process on this host "
                            f"({holder})", code="run_busy",
                            hint="Stop that process (Ctrl-C or SIGTERM) instead.")

@@ -6,11 +6,10 @@ Built from the journal alone, so ``planrun status RUN --json`` and the end of
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
-from .journal import Journal, count_summary
+from .journal import Journal, RunRecord, count_summary
 
 #: Run statuses from which ``planrun resume`` continues.
 RESUMABLE = ("interrupted", "running")
@@ -30,26 +29,18 @@ def _duration(start: str | None, end: str | None,
     return round(seconds, 3)
 
 
-def _driven(run: dict[str, Any]) -> bool:
+def _driven(run: RunRecord) -> bool:
     """True when a live process (not this one) holds the run's unexpired lease."""
-    import os
-    import time
-
-    from .journal.store import holder_alive
-
-    owner = run.get("lease_owner")
-    if not owner or (run.get("lease_expires") or 0) <= time.time():
-        return False
-    pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
-    if pid == str(os.getpid()):
-        return False  # this process: the manifest it prints at its own end
-    return holder_alive(owner) is not False
+    lease = run.lease
+    if lease is None or lease.held_by_this_process():
+        return False  # nobody, or this process: the manifest it prints at its own end
+    return lease.driven()
 
 
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
     """The manifest object of one run (keys of SPEC §5)."""
-    run = journal.run_row(run_id)
-    rows = journal.step_rows(run_id)
+    run = journal.run(run_id)
+    rows = journal.steps(run_id)
     # Durations are working time: a run resumed after it died (or was interrupted) does
     # not count the time nobody drove it (issue 10, bug 12); wall_s is the clock time.
     gaps = [(datetime.fromisoformat(a), datetime.fromisoformat(b))
@@ -58,26 +49,26 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     by_status: dict[str, int] = {}
     steps = []
     for r in rows:
-        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
-        error = json.loads(r["error_json"]) if r["error_json"] else None
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+        error = r.error
         step: dict[str, Any] = {
-            "id": r["step_id"],
-            "tool": r["tool"],
-            "status": r["status"],
-            "attempts": r["attempts"],
-            "started_at": r["started_at"],
-            "finished_at": r["finished_at"],
-            "duration_s": _duration(r["started_at"], r["finished_at"], gaps),
-            "output_bytes": len(r["output_json"].encode()) if r["output_json"] else 0,
-            "replayed": bool(r["replayed"]),
-            "approved_by": r["approved_by"],
+            "id": r.step_id,
+            "tool": r.tool,
+            "status": r.status,
+            "attempts": r.attempts,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
+            "duration_s": _duration(r.started_at, r.finished_at, gaps),
+            "output_bytes": r.output_bytes,
+            "replayed": r.replayed,
+            "approved_by": r.approved_by,
             "error": {"code": error.get("code"), "message": error.get("message")}
             if error else None,
         }
-        if r["step_id"] in items:
-            step["items"] = items[r["step_id"]]
+        if r.step_id in items:
+            step["items"] = items[r.step_id]
         steps.append(step)
-    status = run["status"]
+    status = run.status
     resumable = status in RESUMABLE
     nxt = None
     if resumable and _driven(run):
@@ -91,17 +82,17 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
                else f"planrun retry {run_id}")
     return {
         "run_id": run_id,
-        "root_run_id": run["root_run_id"],
-        "parent_run_id": run["parent_run_id"],
-        "plan": {"name": run["plan_name"], "revision": run["revision"],
-                 "digest": run["digest"], "file": run["plan_file"]},
-        "goal": run["goal"],
+        "root_run_id": run.root_run_id,
+        "parent_run_id": run.parent_run_id,
+        "plan": {"name": run.plan_name, "revision": run.revision,
+                 "digest": run.digest, "file": run.plan_file},
+        "goal": run.goal,
         "status": status,
-        "params": json.loads(run["params_json"]),
-        "started_at": run["created_at"],
-        "finished_at": run["finished_at"],
-        "duration_s": _duration(run["created_at"], run["finished_at"], gaps),
-        "wall_s": _duration(run["created_at"], run["finished_at"]),
+        "params": run.params,
+        "started_at": run.created_at,
+        "finished_at": run.finished_at,
+        "duration_s": _duration(run.created_at, run.finished_at, gaps),
+        "wall_s": _duration(run.created_at, run.finished_at),
         "counts": count_summary(by_status),
         "steps": steps,
         "resumable": resumable,

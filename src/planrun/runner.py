@@ -15,7 +15,7 @@ from typing import Any
 from . import masking, redact
 from .approval import ApprovalRequest, Decision, clear
 from .errors import EXIT_SIGINT, ApprovalError
-from .journal import Journal
+from .journal import Journal, NewRun
 from .params import UNKNOWN
 from .paths import Settings
 from .validation import CheckedPlan
@@ -61,6 +61,23 @@ def contracts(plan: CheckedPlan) -> dict[str, Any]:
             "command": t.entry.command, "python": t.entry.python,
         }
     return out
+
+
+def new_run(plan: CheckedPlan, *, run_id: str, root_run_id: str, owner: str,
+            document: Any, plan_file: str | None, project: str | None,
+            options: dict[str, Any], parent_run_id: str | None = None) -> NewRun:
+    """The journal record of a run about to be driven by ``owner`` (execute and retry).
+
+    ``document`` is the plan as stored; ``options`` the run options (``max_parallel``,
+    ``keep_going``, ``file_sha256``).
+    """
+    from .journal import now
+
+    return NewRun(run_id=run_id, root_run_id=root_run_id, parent_run_id=parent_run_id,
+                  plan_name=plan.name, plan_file=plan_file, project=project, plan=document,
+                  digest=plan.digest, revision=plan.revision, goal=plan.goal,
+                  params=stored_params(plan), contracts=contracts(plan), options=options,
+                  status="running", created_at=now(), lease_owner=owner)
 
 
 def covered(plan: CheckedPlan, requests: Sequence[ApprovalRequest]) -> list[Any]:
@@ -159,7 +176,7 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
         plain = {k: v for k, v in error.items() if k != "traceback"}
         result = None
         try:
-            if journal.run_row(run_id)["status"] in ("running", "interrupted"):
+            if journal.run(run_id).status in ("running", "interrupted"):
                 journal.finish_run(run_id, "failed", {"error": plain,
                                                       "traceback": error["traceback"]})
             from . import manifest

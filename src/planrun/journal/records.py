@@ -104,7 +104,8 @@ class Lease:
         owner: ``host:pid:token`` of the holder.
         epoch: how many times the run's lease was taken; every guarded write checks it.
         until: when it expires, seconds since the epoch by the database clock.
-        remaining_s: seconds left when it was read (database clock; negative: expired).
+        remaining_s: seconds left when it was read (database clock; 0 or less: expired,
+            also when it has no expiry).
         boot_id: the holder's machine boot id, when known.
         start_ticks: the holder process's start time (clock ticks since boot), when known.
     """
@@ -139,7 +140,7 @@ def lease_record(row: Sequence[Any]) -> Lease:
     owner, epoch, until, remaining, boot, start = row[:6]
     return Lease(owner=str(owner), epoch=int(epoch or 0),
                  until=None if until is None else float(until),
-                 remaining_s=float("-inf") if remaining is None else float(remaining),
+                 remaining_s=0.0 if remaining is None else float(remaining),
                  boot_id=boot, start_ticks=start)
 
 
@@ -239,7 +240,7 @@ def run_record(row: dict[str, Any]) -> RunRecord:
         owner=str(owner), epoch=int(row.get("lease_epoch") or 0),
         until=row.get("lease_expires"),
         remaining_s=float(row["lease_remaining"]) if row.get("lease_remaining") is not None
-        else float("-inf"),
+        else 0.0,
         boot_id=row.get("lease_boot"), start_ticks=row.get("lease_start"))
     return RunRecord(
         run_id=row["run_id"], root_run_id=row["root_run_id"],
