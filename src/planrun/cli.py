@@ -33,8 +33,8 @@ T = TypeVar("T")
 # --- common options (accepted after the command name) ------------------------------------
 
 JournalOpt = Annotated[str | None, typer.Option(
-    "--journal", help="Journal file (default: $PLANRUN_JOURNAL, planrun.toml, or the user "
-    "data folder).", metavar="PATH")]
+    "--journal", help="Journal location, a file path (default: $PLANRUN_JOURNAL, "
+    "planrun.toml, or the user data folder).", metavar="PATH")]
 ProjectOpt = Annotated[str | None, typer.Option(
     "-C", "--project", help="Project folder (default: where planrun.toml is found).",
     metavar="DIR")]
@@ -154,7 +154,7 @@ def _root(
         "-C", "--project", help="Project folder (also accepted after the command).",
         metavar="DIR")] = None,
     journal: Annotated[str | None, typer.Option(
-        "--journal", help="Journal file (also accepted after the command).",
+        "--journal", help="Journal location, a file path (also accepted after the command).",
         metavar="PATH")] = None,
 ) -> None:
     """Validate, approve, run and resume plans of tool calls, journaled in SQLite."""

@@ -59,7 +59,8 @@ class Settings:
         config_file: the ``planrun.toml`` that was read, or None.
         plans_dir: folder of plan files (absolute).
         registry: path of ``tools.yaml`` (absolute).
-        journal: path of the SQLite journal (absolute).
+        journal: the journal's location: an absolute path (an SQLite file), or a URL
+            kept as given (``scheme://…``; see :func:`journal_location`).
         max_parallel: calls running at once (default 4).
         max_steps: the most steps a plan may have (default 500).
         policy: the raw ``[policy]`` table (checked by ``planrun.policy``).
@@ -70,7 +71,7 @@ class Settings:
     config_file: Path | None
     plans_dir: Path
     registry: Path
-    journal: Path
+    journal: Path | str
     max_parallel: int = 4
     max_steps: int = 500
     policy: dict[str, Any] = field(default_factory=dict)
@@ -165,25 +166,50 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
             raise _config_error(cfg_file, f"pool {name!r} must be an integer >= 1")
         pools[name] = limit
     if journal is not None:
-        journal_path = Path(journal).expanduser()
+        journal_at = journal_location(journal, here)
     elif os.environ.get("PLANRUN_JOURNAL"):
-        journal_path = Path(os.environ["PLANRUN_JOURNAL"]).expanduser()
+        journal_at = journal_location(os.environ["PLANRUN_JOURNAL"], here)
     elif "journal" in raw:
-        journal_path = folder / Path(raw["journal"]).expanduser()
+        journal_at = journal_location(raw["journal"], folder, resolve=False)
     else:
-        journal_path = default_journal()
+        journal_at = default_journal()
     return Settings(
         project=folder,
         config_file=config_file,
         plans_dir=folder / raw.get("plans_dir", "plans"),
         registry=folder / raw.get("registry", "tools.yaml"),
-        journal=(here / journal_path).resolve() if not journal_path.is_absolute()
-        else journal_path,
+        journal=journal_at,
         max_parallel=_positive_int(raw, "max_parallel", 4, cfg_file),
         max_steps=_positive_int(raw, "max_steps", 500, cfg_file),
         policy=raw.get("policy") or {},
         pools=pools,
     )
+
+
+def is_url(location: str | Path) -> bool:
+    """Whether a journal location is a URL (``scheme://…``) rather than a file path."""
+    if isinstance(location, Path):
+        return False
+    scheme, sep, _ = location.partition("://")
+    return bool(sep) and scheme[:1].isalpha() and all(
+        c.isalnum() or c in "+.-" for c in scheme)
+
+
+def journal_location(given: str | Path, base: Path, *, resolve: bool = True) -> Path | str:
+    """A journal location as given (``--journal``, ``PLANRUN_JOURNAL``, ``journal =``).
+
+    A URL stays text, exactly as given (``Path`` would fold its ``//``); which URL schemes
+    can be used is decided when the journal is opened (``planrun.journal.backends``). A
+    path is made absolute: ``~`` expanded, a relative one taken from ``base`` (the current
+    folder for the flag and the environment, the project folder for ``planrun.toml``),
+    and with ``resolve`` resolved (symlinks, ``..``).
+    """
+    if is_url(given):
+        return str(given)
+    path = Path(given).expanduser()
+    if path.is_absolute():
+        return path
+    return (base / path).resolve() if resolve else base / path
 
 
 class PlanLookupError(Exception):
