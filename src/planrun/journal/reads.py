@@ -10,12 +10,14 @@ from .records import (
     ApprovalRecord,
     EventRecord,
     ItemRecord,
+    KeyRecord,
     RunRecord,
     StepRecord,
     _loads,
     approval_record,
     event_record,
     item_record,
+    key_record,
     named,
     run_record,
     step_record,
@@ -109,6 +111,24 @@ class ReadsMixin(JournalBase):
             "SELECT id, ts, kind, step_id, item_index, data_json FROM events "
             "WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after))
         return [event_record(r) for r in cur]
+
+    @_reads
+    def key(self, key: str) -> KeyRecord | None:
+        """The idempotency key ``key`` as journaled, or None."""
+        if self.conn is None:
+            return None
+        row = self.conn.execute(
+            "SELECT key, root_run_id, run_id, step_id, item_index, status, output_json, "
+            "claimed_at, finished_at FROM idempotency_keys WHERE key = ?", (key,)).fetchone()
+        return None if row is None else key_record(row)
+
+    @_reads
+    def run_ids(self) -> list[str]:
+        """Every run's id, newest first."""
+        if self.conn is None:
+            return []
+        return [str(r[0]) for r in self.conn.execute(
+            "SELECT run_id FROM runs ORDER BY created_at DESC, seq DESC")]
 
     # The raw rows (column name -> value), kept for tools and tests that read columns.
 

@@ -391,6 +391,29 @@ def event_record(row: Sequence[Any]) -> EventRecord:
     return EventRecord(id=eid, ts=ts, kind=kind, step=step_id, item=item, data=_loads(data))
 
 
+@dataclass(frozen=True)
+class KeyRecord:
+    """A journaled idempotency key (SPEC §7 "Idempotency keys")."""
+
+    key: str
+    root_run_id: str
+    run_id: str
+    step_id: str
+    item: int | None
+    status: str
+    output: Any
+    claimed_at: str
+    finished_at: str | None
+
+
+def key_record(row: Sequence[Any]) -> KeyRecord:
+    """An ``idempotency_keys`` row (in column order) as a record."""
+    key, root, run_id, step_id, item, status, out, claimed, finished = row
+    return KeyRecord(key=key, root_run_id=root, run_id=run_id, step_id=step_id, item=item,
+                     status=status, output=_loads(out), claimed_at=claimed,
+                     finished_at=finished)
+
+
 def named(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
     """A row as a dict of its column names."""
     return dict(zip(names, row, strict=True))
