@@ -225,6 +225,12 @@ class CliProject:
 
     # --- the journal ----------------------------------------------------------------------
 
+    def probe(self) -> Any:
+        """The journal as records (``planrun.journal.probe``): what tests ask, not SQL."""
+        from planrun.journal.probe import probe
+
+        return probe(self.journal)
+
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         """Rows of a read-only query on the journal (never writes, never migrates)."""
         uri = f"{self.journal.resolve().as_uri()}?mode=ro"

@@ -16,7 +16,6 @@ Through the real ``planrun`` process:
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime, timedelta
 
@@ -107,9 +106,7 @@ def proj(cli: CliProject) -> CliProject:
 
 
 def last_run(proj: CliProject) -> str:
-    ((run_id,),) = proj.query("SELECT run_id FROM runs ORDER BY created_at DESC, rowid DESC "
-                              "LIMIT 1")
-    return str(run_id)
+    return proj.probe().run_ids()[0]
 
 
 def crash_after(proj: CliProject, plan: str, step: str, *extra: str) -> str:
@@ -145,8 +142,7 @@ def test_a_changed_python_target_is_asked_about_again(proj: CliProject) -> None:
     r = proj.run("resume", run_id, "--approve", "z", "--json")
     assert r.returncode == 0, r
     assert [c["output"]["args"]["version"] for c in proj.calls("z")] == [2]
-    decisions = proj.query("SELECT step_id, digest, method FROM approvals WHERE run_id = ? "
-                           "ORDER BY id", run_id)
+    decisions = [(a.step_id, a.digest, a.method) for a in proj.probe().approvals(run_id)]
     assert [(s, m) for s, _, m in decisions] == [("z", "flag"), ("z", "flag")]
     assert decisions[0][1] != decisions[1][1]  # bound to different registrations
 
@@ -208,7 +204,7 @@ BOUNDED = 'arguments = {type = "object", properties = {label = {enum = ["z"]}}}\
 def test_a_grant_removed_after_a_crash_no_longer_clears(proj: CliProject) -> None:
     proj.write("planrun.toml", "[policy]\n" + grant(extra=BOUNDED))
     run_id = crash_after(proj, "wipe", "a")  # the grant cleared z, no --approve
-    granted = proj.query("SELECT method, decided_by FROM approvals WHERE run_id = ?", run_id)
+    granted = [(a.method, a.decided_by) for a in proj.probe().approvals(run_id)]
     assert granted == [("grant", "g1")]
     proj.write("planrun.toml", "[policy]\n")
 
@@ -260,8 +256,7 @@ def test_a_grant_still_valid_clears_again_and_is_journaled_again(proj: CliProjec
     r = proj.run("resume", run_id, "--json")
     assert r.returncode == 0, r
     assert proj.counts() == {"a": 1, "z": 1}
-    decisions = proj.query("SELECT method, decided_by FROM approvals WHERE run_id = ? "
-                           "ORDER BY id", run_id)
+    decisions = [(a.method, a.decided_by) for a in proj.probe().approvals(run_id)]
     assert decisions == [("grant", "g1"), ("grant", "g1")]
 
 
@@ -555,6 +550,4 @@ def test_json_and_dates_in_payloads_survive(orders: CliProject) -> None:
     """The output of a model tool is stored as JSON data."""
     r = orders.run("execute", "static", "--json")
     assert r.returncode == 0, r
-    rows = orders.query("SELECT output_json FROM steps WHERE run_id = ? AND step_id = 'b'",
-                        r.json["run_id"])
-    assert json.loads(rows[0][0])["at"].startswith("2026-12-01")
+    assert orders.probe().step("b", r.json["run_id"]).output["at"].startswith("2026-12-01")

@@ -606,6 +606,7 @@ def _newer(path: Path) -> None:
     conn.close()
 
 
+@pytest.mark.sqlite
 @pytest.mark.parametrize("kind", ["directory", "not-a-database", "newer-schema"])
 @pytest.mark.parametrize("command", [["runs"], ["status", "abcdef123456"],
                                      ["execute", "hello"]])

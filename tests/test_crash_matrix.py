@@ -286,9 +286,8 @@ def check_recovery(cli: CliProject, kills: list[str]) -> None:
                       for c in cli.calls("danger")}
     assert json.loads(danger_args) == {"fan": [c["output"] for c in fan],
                                        "shell": shell[0]["output"]}, story
-    ((out,),) = cli.query("SELECT output_json FROM steps WHERE run_id = ? AND step_id = "
-                          "'danger'", manifest["run_id"])
-    assert json.loads(out) == cli.calls("danger")[0]["output"]
+    out = cli.probe().step("danger", manifest["run_id"]).output
+    assert out == cli.calls("danger")[0]["output"]
     assert cli.integrity() == "ok"
 
 

@@ -434,9 +434,9 @@ def test_a_timed_out_command_is_killed_and_a_non_idempotent_step_is_indeterminat
     rows = step_rows(xproject, m["run_id"])
     with Journal(xproject.settings().journal, write=False) as j:
         assert j.succeeded_key(rows["stuck"]["idempotency_key"]) == (False, None)
-        assert j.conn is not None
-        assert j.conn.execute("SELECT status FROM idempotency_keys WHERE key = ?",
-                              (rows["stuck"]["idempotency_key"],)).fetchone() == ("running",)
+        claimed = j.key(rows["stuck"]["idempotency_key"])
+        assert claimed is not None
+        assert claimed.status == "running"
 
 
 def test_a_timed_out_idempotent_step_is_retried(xproject: Project) -> None:

@@ -94,13 +94,11 @@ def proj(cli: CliProject) -> CliProject:
 
 
 def last_run(proj: CliProject) -> str:
-    ((run_id,),) = proj.query("SELECT run_id FROM runs ORDER BY created_at DESC, rowid DESC "
-                              "LIMIT 1")
-    return str(run_id)
+    return proj.probe().run_ids()[0]
 
 
 def run_status(proj: CliProject, run_id: str) -> str:
-    ((status,),) = proj.query("SELECT status FROM runs WHERE run_id = ?", run_id)
+    status = proj.probe().run(run_id).status
     return str(status)
 
 
@@ -171,7 +169,7 @@ def test_fan_out_items_redispatched_after_a_contract_change_fail_with_their_code
     r = proj.run("execute", "fan", "--json", crash="dispatch:f#1")
     assert r.returncode == -9, r
     run_id = last_run(proj)
-    items = dict(proj.query("SELECT item_index, status FROM items WHERE run_id = ?", run_id))
+    items = {i.index: i.status for i in proj.probe().items("f", run_id)}
     assert items == {0: "succeeded", 1: "running", 2: "pending"}
     tighten(proj, "idem")
 
@@ -181,11 +179,11 @@ def test_fan_out_items_redispatched_after_a_contract_change_fail_with_their_code
     f = step(r.json, "f")
     assert f["status"] == "failed"
     assert f["error"]["code"] == "items_failed"
-    rows = proj.query("SELECT item_index, status, error_json FROM items WHERE run_id = ? "
-                      "ORDER BY item_index", run_id)
-    assert rows[0][1] == "succeeded"
-    assert rows[1][1] == "failed"  # was left running by the crash
-    assert json.loads(rows[1][2])["code"] == "arguments"
+    items = proj.probe().items("f", run_id)
+    assert items[0].status == "succeeded"
+    assert items[1].status == "failed"  # was left running by the crash
+    assert items[1].error is not None
+    assert items[1].error["code"] == "arguments"
     assert proj.counts() == {"a": 1, "f#0": 1}
     assert run_status(proj, run_id) == "failed"
 
@@ -198,8 +196,7 @@ def test_keep_going_fan_out_fails_every_item_that_no_longer_fits(proj: CliProjec
     tighten(proj, "idem")
     r = proj.run("resume", run_id, "--json")
     assert r.returncode == 1, r
-    statuses = [s for _, s in proj.query("SELECT item_index, status FROM items WHERE "
-                                         "run_id = ? ORDER BY item_index", run_id)]
+    statuses = [i.status for i in proj.probe().items("f", run_id)]
     assert statuses == ["succeeded", "failed", "failed"]  # the running one and the pending one
 
 
@@ -290,10 +287,8 @@ def test_a_bug_outside_any_step_ends_the_run_failed_with_code_internal(
     assert "planrun: error[internal]:" in r.stderr
     assert f"planrun log {run_id} --tracebacks" in r.stderr
     assert run_status(proj, run_id) == "failed"
-    assert not proj.query("SELECT 1 FROM steps WHERE run_id = ? AND status = 'running'",
-                          run_id)
-    ((lease,),) = proj.query("SELECT lease_owner FROM runs WHERE run_id = ?", run_id)
-    assert lease is None
+    assert not [s for s in proj.probe().steps(run_id) if s.status == "running"]
+    assert proj.probe().lease(run_id) is None
     log = proj.run("log", run_id, "--json").json
     finished = [e for e in log if e["kind"] == "run_finished"]
     assert [e["data"]["status"] for e in finished] == ["failed"]
@@ -313,10 +308,11 @@ def test_a_bug_in_a_fan_out_item_fails_that_item(proj: CliProject) -> None:
     f = step(r.json, "f")
     assert f["status"] == "failed"
     assert f["error"]["code"] == "items_failed"
-    rows = proj.query("SELECT item_index, status, error_json FROM items WHERE run_id = ? "
-                      "ORDER BY item_index", r.json["run_id"])
-    assert [(i, s) for i, s, _ in rows] == [(0, "succeeded"), (1, "failed"), (2, "pending")]
-    assert json.loads(rows[1][2])["code"] == "internal"
+    items = proj.probe().items("f", r.json["run_id"])
+    assert [(i.index, i.status) for i in items] == [
+        (0, "succeeded"), (1, "failed"), (2, "pending")]
+    assert items[1].error is not None
+    assert items[1].error["code"] == "internal"
     assert run_status(proj, r.json["run_id"]) == "failed"
 
 
@@ -341,9 +337,7 @@ def test_a_bug_during_retry_ends_the_child_run_failed(proj: CliProject) -> None:
     assert r.json["parent_run_id"] == first.json["run_id"]
     assert r.json["status"] == "failed"
     assert run_status(proj, r.json["run_id"]) == "failed"
-    ((lease,),) = proj.query("SELECT lease_owner FROM runs WHERE run_id = ?",
-                             first.json["run_id"])
-    assert lease is None  # the parent's lease is released too
+    assert proj.probe().lease(first.json["run_id"]) is None  # the parent's is released too
     ok = proj.run("retry", r.json["run_id"], "--json")  # and the lineage goes on
     assert ok.returncode == 0, ok
     assert proj.counts() == {"a": 1, "b": 1, "c": 1}
@@ -736,6 +730,7 @@ def test_a_bug_in_the_scheduler_cuts_running_calls_short_as_internal(
 @pytest.mark.parametrize(("when", "code"), [(None, "reference"),
                                              ('steps.a.output.args.label == "hello"',
                                               "condition")])
+@pytest.mark.sqlite
 def test_a_reference_that_no_longer_resolves_on_redispatch_fails_the_step(
         proj: CliProject, when: str | None, code: str) -> None:
     """The journal is the truth: ``b`` left running reads an output that lacks the path.

@@ -175,6 +175,7 @@ def test_a_json_plan_with_a_huge_integer_is_a_syntax_issue(proj: Proj) -> None:
     assert [i["code"] for i in json.loads(res.stdout)["plans"][0]["issues"]] == ["syntax"]
 
 
+@pytest.mark.sqlite
 def test_a_journal_that_is_not_a_regular_file_or_not_planruns_is_refused(
         proj: Proj, tmp_path: Path) -> None:
     proj.one_step("e", "echo", "{value: 1}")

@@ -466,6 +466,7 @@ def test_a_cleanly_closed_journal_on_read_only_storage_is_read(proj: Proj,
     assert json.loads(res.stdout)["status"] == "completed"
 
 
+@pytest.mark.sqlite
 def test_a_journal_with_a_wal_but_no_shm_on_read_only_storage_is_read(
         proj: Proj, tmp_path: Path) -> None:
     folder = tmp_path / "ro"

@@ -24,6 +24,9 @@ from planrun.errors import EXIT_JOURNAL, EXIT_RUN, JournalError, RunError
 from planrun.journal import SCHEMA_VERSION, Journal, now
 from planrun.journal.store import LeaseLost
 
+#: These tests look at and tamper with the SQLite file itself (SPEC §7 on SQLite).
+pytestmark = pytest.mark.sqlite
+
 HOST = socket.gethostname()
 TABLES = {"runs", "steps", "items", "approvals", "events", "idempotency_keys"}
 

@@ -23,6 +23,9 @@ import pytest
 from planrun.errors import JournalError, RunError
 from planrun.journal import Journal, now
 
+#: These tests look at and tamper with the SQLite file itself (SPEC §7 on SQLite).
+pytestmark = pytest.mark.sqlite
+
 HOST = socket.gethostname()
 RUN = "0123456789abcdef"
 OTHER = "fedcba9876543210"

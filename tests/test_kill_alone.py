@@ -130,8 +130,7 @@ def next_command(proj: CliProject, run_id: str, used: list[str]
 
 
 def latest_run(proj: CliProject) -> str:
-    return str(proj.query("SELECT run_id FROM runs ORDER BY created_at DESC, rowid DESC "
-                          "LIMIT 1")[0][0])
+    return str(proj.probe().run_ids()[0])
 
 
 def kill_at_next_blocked_call(proj: CliProject, args: tuple[str, ...], released: set[str],
@@ -224,7 +223,7 @@ def drive_with_kills(proj: CliProject, moments: list[str], released: set[str] | 
 def final_checks(proj: CliProject) -> None:
     assert proj.counts() == dict.fromkeys(EFFECTS, 1), proj.entries()
     assert overlaps(proj) == [], overlaps(proj)
-    assert proj.query("SELECT COUNT(*) FROM call_groups") == [(0,)]
+    assert proj.probe().calls() == []
     assert proj.integrity() == "ok"
 
 

@@ -346,6 +346,7 @@ def test_forget_deletes_a_run_and_its_keys(tmp_path: Path) -> None:
     assert run(app, "forget", run_id).returncode == 5
 
 
+@pytest.mark.sqlite
 def test_prune_deletes_old_runs_by_age_status_and_plan(tmp_path: Path) -> None:
     import sqlite3
     from contextlib import closing
@@ -379,6 +380,7 @@ def test_prune_deletes_old_runs_by_age_status_and_plan(tmp_path: Path) -> None:
         new["run_id"]]
 
 
+@pytest.mark.sqlite
 def test_forget_and_prune_refuse_a_run_a_live_process_drives(tmp_path: Path) -> None:
     import sqlite3
     from contextlib import closing
@@ -760,6 +762,7 @@ def test_changed_plan_note_from_any_folder_and_in_explain(tmp_path: Path) -> Non
     assert "planrun: note: plans/wait.yaml changed since run" in res.stderr
 
 
+@pytest.mark.sqlite
 def test_durations_after_resume_are_working_time(tmp_path: Path) -> None:
     import sqlite3
     from contextlib import closing
@@ -930,6 +933,7 @@ def test_validate_json_quiet_and_common_flags_before_the_command(tmp_path: Path)
 # --- a journal from before projects were recorded -------------------------------------------------
 
 
+@pytest.mark.sqlite
 def test_a_version_1_journal_is_migrated_and_its_runs_listed(tmp_path: Path) -> None:
     import sqlite3
     from contextlib import closing

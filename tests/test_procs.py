@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from planrun import procs
+from planrun.errors import JournalError
 from planrun_cli import CliProject, Result, resolve_targets, wait_dead
 
 TOOLS = """
@@ -121,11 +122,11 @@ def run_id_of(proj: CliProject) -> str:
     while time.monotonic() < deadline:
         if proj.journal.exists():
             try:
-                rows = proj.query("SELECT run_id FROM runs ORDER BY created_at DESC")
-            except sqlite3.Error:
+                rows = proj.probe().run_ids()
+            except JournalError:
                 rows = []
             if rows:
-                return str(rows[0][0])
+                return str(rows[0])
         time.sleep(0.05)
     raise AssertionError("no run was journaled")
 
@@ -226,7 +227,7 @@ def test_the_keeper_ends_with_a_clean_run(proj: CliProject) -> None:
     r = proj.finish(p)
     assert r.returncode == 0, r
     assert proj.counts() == {"s": 1, "t": 1}
-    assert proj.query("SELECT COUNT(*) FROM call_groups") == [(0,)]
+    assert proj.probe().calls() == []
     assert children_of(p.pid) == []
 
 
@@ -234,13 +235,13 @@ def test_a_journaled_group_is_forgotten_when_its_call_ends(proj: CliProject) -> 
     plan_one(proj, "once_tree")
     p = proj.start("execute", "one", "--json")
     proj.wait_started("s", p)
-    ((pgid, host, step),) = proj.query("SELECT pgid, host, step_id FROM call_groups")
+    ((pgid, host, step),) = [(c["pgid"], c["host"], c["step"]) for c in proj.probe().calls()]
     assert (host, step) == (socket.gethostname(), "s")
     assert pgid == next(e["pid"] for e in proj.entries() if e["event"] == "leader")
     proj.touch("go")
     proj.touch("after")
     assert proj.finish(p).returncode == 0
-    assert proj.query("SELECT COUNT(*) FROM call_groups") == [(0,)]
+    assert proj.probe().calls() == []
 
 
 # --- resume finds what is still running ------------------------------------------------------
@@ -258,7 +259,7 @@ def orphan(proj: CliProject, tool: str = "once_cmd", plan: str = "one",
     keeper = keeper_of(p.pid)
     kill_alone(keeper)
     kill_alone(p)
-    (pgid,) = [row[0] for row in proj.query("SELECT pgid FROM call_groups")]
+    (pgid,) = [c["pgid"] for c in proj.probe().calls()]
     assert alive(pgid), "the call should have outlived planrun (its keeper was killed)"
     return run_id_of(proj), pgid
 
@@ -317,7 +318,7 @@ def test_resume_and_resolve_refuse_while_an_orphaned_call_runs(
     assert r.json["status"] == "completed"
     assert proj.counts() == {"s": 1, "t": 1}
     assert overlaps(proj) == []
-    assert proj.query("SELECT COUNT(*) FROM call_groups") == [(0,)]
+    assert proj.probe().calls() == []
 
 
 def test_retry_refuses_while_a_call_of_an_earlier_retry_runs(proj: CliProject) -> None:
@@ -354,9 +355,10 @@ def test_a_dead_orphan_is_forgotten(proj: CliProject) -> None:
     r = proj.run("resume", run_id, "--json")
     assert r.returncode == 0, r
     assert proj.counts() == {"s": 1, "t": 1}
-    assert proj.query("SELECT COUNT(*) FROM call_groups") == [(0,)]
+    assert proj.probe().calls() == []
 
 
+@pytest.mark.sqlite
 def test_a_call_recorded_on_another_host_needs_unlock(proj: CliProject) -> None:
     plan_one(proj, "idem_cmd")
     run_id, pgid = orphan(proj, "idem_cmd")
@@ -463,6 +465,7 @@ def short_lease(proj: CliProject, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLANRUN_TEST_LEASE_TTL_S", str(SHORT_TTL_S))
 
 
+@pytest.mark.sqlite
 def test_an_async_tool_blocking_the_loop_keeps_the_lease(
         proj: CliProject, monkeypatch: pytest.MonkeyPatch) -> None:
     short_lease(proj, monkeypatch)
@@ -527,9 +530,11 @@ def test_a_lost_lease_ends_the_process_cleanly(
     assert "lost the run's lease" in done.stderr, done
     assert holder in done.stderr, done
     # It wrote nothing after losing the lease: the step is as the dispatch left it.
-    assert proj.query("SELECT step_id, status FROM steps ORDER BY position") == [
+    assert [(s.step_id, s.status) for s in proj.probe().steps()] == [
         ("s", "running"), ("t", "pending")]
-    assert proj.query("SELECT lease_owner FROM runs") == [(holder,)]
+    lease = proj.probe().lease()
+    assert lease is not None
+    assert lease.owner == holder
     assert proj.counts() == ({"s": 1} if tool == "blocker" else {})
 
 
@@ -558,8 +563,8 @@ def test_a_tool_that_kills_planrun_is_recovered_at_most_max_recoveries_times(
     assert r.returncode == -9, r
     run_id = run_id_of(proj)
     for n in range(bound):
-        assert proj.query("SELECT attempts, recoveries FROM steps WHERE step_id = 'k'") == [
-            (n + 1, n)]
+        k = proj.probe().step("k")
+        assert (k.attempts, k.recoveries) == (n + 1, n)
         ex = proj.run("resume", "--explain", "--json", run_id)
         assert [s["action"] for s in ex.json["steps"]] == ["run", "run"], ex
         r = proj.run("resume", run_id, "--json")
@@ -618,7 +623,7 @@ def test_attempts_count_dispatches_across_resumes(proj: CliProject) -> None:
     assert r.returncode == 0, r
     assert [e["attempt"] for e in proj.started("s")] == [1, 2]
     assert r.json["steps"][0]["attempts"] == 2
-    assert proj.query("SELECT recoveries FROM steps WHERE step_id = 's'") == [(1,)]
+    assert proj.probe().step("s").recoveries == 1
 
 
 # --- the keeper and the journal, in process -----------------------------------------------------
@@ -655,6 +660,7 @@ def test_the_keeper_leaves_a_group_that_was_removed() -> None:
         child.wait()
 
 
+@pytest.mark.sqlite
 def test_a_version_1_journal_is_migrated(tmp_path: Path) -> None:
     from planrun.journal import Journal
     from planrun.journal.schema import MIGRATIONS

@@ -93,9 +93,7 @@ def crash(proj: CliProject, plan: str, point: str, *extra: str) -> str:
     """``planrun execute PLAN`` killed at ``point``; returns the run id."""
     r = proj.run("execute", plan, "--json", *extra, crash=point)
     assert r.returncode == -9, r
-    ((run_id,),) = proj.query("SELECT run_id FROM runs ORDER BY created_at DESC, rowid DESC "
-                              "LIMIT 1")
-    return str(run_id)
+    return proj.probe().run_ids()[0]
 
 
 def status(proj: CliProject, run_id: str) -> dict[str, Any]:
@@ -399,7 +397,9 @@ def test_unlock_of_a_dead_local_holder_says_whose_lease_it_was(proj: CliProject)
     r = proj.run("execute", "chain", "--json", crash="outcome:a")
     assert r.returncode == -9, r
     killed = proj.procs[-1].pid
-    ((run_id, owner),) = proj.query("SELECT run_id, lease_owner FROM runs")
+    (run_id,) = proj.probe().run_ids()
+    lease = proj.probe().lease(run_id)
+    owner = lease.owner if lease else None
     assert owner is not None
     assert owner.startswith(f"{socket.gethostname()}:")
     u = proj.run("unlock", run_id)
@@ -407,7 +407,7 @@ def test_unlock_of_a_dead_local_holder_says_whose_lease_it_was(proj: CliProject)
     assert run_id in u.stdout, u
     assert owner in u.stdout, u
     assert int(owner.split(":")[1]) == killed
-    assert proj.query("SELECT lease_owner FROM runs") == [(None,)]
+    assert proj.probe().lease(run_id) is None
     u = proj.run("unlock", run_id, "--json")
     assert u.returncode == 0, u
     assert u.json == {"run_id": run_id, "released": False, "owner": None}
@@ -415,6 +415,7 @@ def test_unlock_of_a_dead_local_holder_says_whose_lease_it_was(proj: CliProject)
     assert r.returncode == 0, r
 
 
+@pytest.mark.sqlite
 def test_a_lease_held_on_another_host_needs_unlock(proj: CliProject) -> None:
     run_id = crash(proj, "chain", "outcome:a")
     # What a planrun on another machine sharing this journal would leave behind.
@@ -450,7 +451,7 @@ def test_unlock_refuses_a_live_local_holder(proj: CliProject) -> None:
     """)
     p = proj.start("execute", "slow", "--json")
     proj.wait_started("w", p)
-    ((run_id,),) = proj.query("SELECT run_id FROM runs")
+    (run_id,) = proj.probe().run_ids()
     u = proj.run("unlock", run_id, "--json")
     refused(u, "run_busy")
     assert str(p.pid) in u.stderr
@@ -460,6 +461,7 @@ def test_unlock_refuses_a_live_local_holder(proj: CliProject) -> None:
     assert proj.counts() == {"w": 1}
 
 
+@pytest.mark.sqlite
 def test_an_expired_lease_is_taken_over_even_if_its_pid_now_lives(proj: CliProject) -> None:
     """SPEC §7: an expired lease is taken over, whoever has the pid now.
 

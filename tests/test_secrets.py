@@ -717,6 +717,7 @@ def test_the_masker_holds_back_a_secret_written_in_pieces() -> None:
     assert out == "x *** y abX"
 
 
+@pytest.mark.sqlite
 def test_copying_a_journal_to_another_place_copies_no_secret(proj: Proj) -> None:
     """What a backup of the journal holds: references, nothing to guess a secret from."""
     proj.plan("s", "planrun: 1\ngoal: s\nparams:\n  t: {type: string, secret: true}\n"

@@ -86,7 +86,7 @@ def proj(cli: CliProject) -> CliProject:
 
 
 def run_id_of(proj: CliProject) -> str:
-    ((run_id,),) = proj.query("SELECT run_id FROM runs ORDER BY created_at DESC LIMIT 1")
+    run_id = proj.probe().run_ids()[0]
     return str(run_id)
 
 
@@ -114,10 +114,9 @@ def test_a_signal_interrupts_the_run_and_resume_completes_it(
     assert m["resumable"] is True
     assert m["next"] == f"planrun resume {run_id}"
     assert [s["status"] for s in m["steps"]] == ["succeeded", "succeeded", "pending"]
-    kinds = [k for (k,) in proj.query("SELECT kind FROM events WHERE run_id = ? ORDER BY id",
-                                      run_id)]
+    kinds = [e.kind for e in proj.probe().events(run_id)]
     assert kinds[-1] == "run_interrupted"
-    assert proj.query("SELECT lease_owner FROM runs") == [(None,)]
+    assert proj.probe().lease(run_id) is None
 
     r = proj.run("resume", "--json")
     assert r.returncode == 0, r
@@ -285,6 +284,7 @@ def test_journal_folder_is_a_file(proj: CliProject) -> None:
     assert proj.counts() == {}
 
 
+@pytest.mark.sqlite
 def test_journal_from_a_newer_planrun(proj: CliProject) -> None:
     newer = proj.root.parent / "newer.sqlite3"
     with closing(sqlite3.connect(newer)) as conn:
