@@ -310,7 +310,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         ApprovalError: a step was denied or could not be cleared (exit 4).
         JournalError: the journal is unusable (exit 6).
     """
-    from . import approval, runner
+    from . import approval, clearance, runner
     from .journal import Journal, dumps, now
     from .journal.store import lease_owner, lease_ttl, new_run_id
 
@@ -350,7 +350,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         journal.fresh_keys = True
         with runner.internal_guard(journal, run_id):
             if requests:
-                runner.clear_approvals(journal, run_id, requests, set(approve), approve_all,
+                clearance.clear_approvals(journal, run_id, requests, set(approve), approve_all,
                                        approver, on_deny="denied", plan=plan,
                                        policy=registry.policy)
             return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,

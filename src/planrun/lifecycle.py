@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import redact, runner
+from . import clearance, redact, runner
 from .approval import request_for, user_name
 from .errors import Refused, RunError, UsageError
 from .executor import StepState
@@ -300,7 +300,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             to_run = {sid for sid, st in found.state.items() if st.status == "pending"}
             requests = _missing_approvals(journal, run_id, plan, to_run)
             if requests:
-                runner.clear_approvals(journal, run_id, requests, set(approve or []),
+                clearance.clear_approvals(journal, run_id, requests, set(approve or []),
                                        approve_all, approver, on_deny=None, plan=plan,
                                        policy=plan.policy, whole_run=[
                                            request_for(s) for s in plan.steps
@@ -600,7 +600,7 @@ def _drive_child(journal: Journal, settings: Settings, row: dict[str, Any],
     requests = [request_for(s) for s in plan.steps
                 if s.approval_reason and s.id in to_run]
     if requests:
-        runner.clear_approvals(journal, child, requests, set(approve), approve_all,
+        clearance.clear_approvals(journal, child, requests, set(approve), approve_all,
                                approver, on_deny="denied", plan=plan, policy=plan.policy)
     note = changed_plan_note(settings, row)
     result = runner.drive(journal, settings, plan, run_id=child,
