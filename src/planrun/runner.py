@@ -17,6 +17,7 @@ from . import masking, redact
 from .clearance import clear_approvals, covered, record_decision
 from .errors import EXIT_SIGINT
 from .journal import Journal
+from .outcome import RunOutcome
 from .params import UNKNOWN
 from .paths import Settings
 from .validation import CheckedPlan
@@ -98,13 +99,13 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
             from . import manifest
 
             result = manifest.build(journal, run_id)
-            abandoned = getattr(exc, "planrun_abandoned", 0)
-            if abandoned:
-                result["_abandoned_calls"] = abandoned
         except Exception:  # the journal cannot take it: the run stays resumable
             result = None
-        raise InternalError(f"run {run_id} failed: {plain['message']}", manifest=result,
-            details={"run_id": run_id, "type": error["type"]}) from None
+        bug = InternalError(f"run {run_id} failed: {plain['message']}", manifest=result,
+                            details={"run_id": run_id, "type": error["type"]})
+        # python calls left running in threads: the program must not wait for them at exit
+        bug.abandoned_calls = getattr(exc, "planrun_abandoned", 0)  # type: ignore[attr-defined]
+        raise bug from None
 
 
 
@@ -147,11 +148,12 @@ def _stdout_to_stderr() -> Iterator[None]:
 def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,
           root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
           state: dict[str, Any] | None = None, progress: Any = None,
-          fresh: bool = False, also_leased: list[str] | None = None) -> dict[str, Any]:
-    """Run the run's pending steps to the end, record its status, return its manifest.
+          fresh: bool = False, also_leased: list[str] | None = None) -> RunOutcome:
+    """Run the run's pending steps to the end, record its status.
 
-    The manifest carries two private keys for the CLI: ``_exit`` (130/143 when
-    interrupted) and ``_abandoned_calls`` (python calls left running in threads).
+    Returns:
+        The outcome: the manifest, the signal's exit status (130/143) when interrupted,
+        and the python calls left running in threads.
     """
     from . import manifest
     from .executor import Executor
@@ -180,9 +182,7 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
         os.chdir(here)
     inject_fault("finish")
     journal.finish_run(run_id, status)
-    result = manifest.build(journal, run_id)
-    if status == "interrupted":
-        result["_exit"] = executor.signal_exit or EXIT_SIGINT
-    if executor.abandoned:
-        result["_abandoned_calls"] = executor.abandoned
-    return result
+    return RunOutcome(manifest.build(journal, run_id),
+                      signal_exit=(executor.signal_exit or EXIT_SIGINT
+                                   if status == "interrupted" else None),
+                      abandoned_calls=executor.abandoned)
