@@ -419,11 +419,11 @@ def in_process_execute(project: Project, plan: str, journal: Path) -> tuple[floa
     settings = load_settings(project=project.root, journal=journal)
     given = api.param_input()
     t0 = time.perf_counter()
-    manifest = api.execute(settings, plan, given)
+    outcome = api.execute(settings, plan, given)
     elapsed = time.perf_counter() - t0
-    if not isinstance(manifest, dict) or manifest.get("status") != "completed":
-        raise BenchError(f"plan {plan} did not complete: {manifest!r:.500}")
-    return elapsed, manifest
+    if not isinstance(outcome, api.RunOutcome) or outcome.status != "completed":
+        raise BenchError(f"plan {plan} did not complete: {outcome!r:.500}")
+    return elapsed, outcome.manifest
 
 
 def in_process_output(project: Project, journal: Path, run_id: str, step: str) -> Any:

@@ -289,8 +289,8 @@ def execute_plan(project: Project, plan: str, params: dict[str, Any] | None = No
 
     result = api.execute(project.settings(), plan, ParamInput(file_values=dict(params or {})),
                          **kwargs)
-    assert isinstance(result, dict), result
-    return result
+    assert isinstance(result, api.RunOutcome), result
+    return result.manifest
 
 
 def run_events(project: Project, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:

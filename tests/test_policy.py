@@ -569,9 +569,10 @@ def test_the_executor_asks_an_injected_approver_and_respects_its_answer(tmp_path
                         approver=ScriptedApprover({"drop": False}))
         assert denied.value.code == "approval_denied"
         assert project.calls() == []
-        manifest = api.execute(settings, "cleanup", api.param_input(),
-                               approver=ScriptedApprover({"drop": True}, who="alice"))
-        assert isinstance(manifest, dict)
+        outcome = api.execute(settings, "cleanup", api.param_input(),
+                              approver=ScriptedApprover({"drop": True}, who="alice"))
+        assert isinstance(outcome, api.RunOutcome)
+        manifest = outcome.manifest
         assert manifest["status"] == "completed"
         assert {s["id"]: s["approved_by"] for s in manifest["steps"]} == {
             "prepare": None, "drop": "alice"}

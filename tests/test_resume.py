@@ -209,6 +209,47 @@ def test_explain_of_an_idempotent_step_left_running(proj: CliProject) -> None:
     assert r.json["would_stop"] is False
 
 
+def test_explain_and_resume_agree_on_the_same_interrupted_run(proj: CliProject) -> None:
+    """explain rebuilds the journaled plan exactly as resume does (one function, issue 12).
+
+    Before, explain checked the plan with the journaled values *under* ``-p``: it said a
+    run would go on with a value that resume refuses to change (exit 2).
+    """
+    proj.plan("labelled", """
+        planrun: 1
+        goal: A parameter fixed at execute
+        params:
+          label: {type: string}
+        steps:
+          - {id: a, tool: once, arguments: {label: a}}
+          - {id: b, tool: idem, depends_on: [a], arguments: {label: "{params.label}"}}
+    """)
+    run_id = crash(proj, "labelled", "dispatch:b", "-p", "label=first")
+
+    # Given again with another value: both refuse it the same way, and nothing changes.
+    ex = proj.run("resume", "--explain", "--json", run_id, "-p", "label=second")
+    re = proj.run("resume", "--json", run_id, "-p", "label=second")
+    refused(ex, "usage", exit_code=2)
+    refused(re, "usage", exit_code=2)
+    assert ex.json["error"]["message"] == re.json["error"]["message"], (ex, re)
+    assert "keeps the value" in ex.json["error"]["message"]
+    assert proj.counts() == {"a": 1}
+
+    # Without it: what explain says per step is what resume then does.
+    ex = proj.run("resume", "--explain", "--json", run_id)
+    assert ex.returncode == 0, ex
+    assert ex.json["revalidation"] == {"ok": True, "issues": []}
+    assert ex.json["would_stop"] is False
+    actions = {s["step"]: s["action"] for s in ex.json["steps"]}
+    assert actions == {"a": "replay", "b": "run"}
+    re = proj.run("resume", "--json", run_id)
+    assert re.returncode == 0, re
+    done = {s["id"]: ("replay" if s["replayed"] else "run") for s in re.json["steps"]}
+    assert done == actions
+    assert proj.counts() == {"a": 1, "b": 1}
+    assert proj.calls("b")[0]["output"]["args"] == {"label": "first"}  # as journaled
+
+
 # --- what resume runs -----------------------------------------------------------------------
 
 

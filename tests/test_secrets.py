@@ -743,8 +743,9 @@ def test_in_process_runs_mask_what_tools_print(tmp_path: Path,
               "steps:\n  - {id: a, tool: src, arguments: {token: \"{params.t}\"}}\n")
     os.chdir(proj.root)
     settings = load_settings(project=str(proj.root), journal=str(proj.journal))
-    result = api.execute(settings, "s", ParamInput(cli={"t": "In-Process-Secret-3"}))
-    assert isinstance(result, dict)
+    outcome = api.execute(settings, "s", ParamInput(cli={"t": "In-Process-Secret-3"}))
+    assert isinstance(outcome, api.RunOutcome)
+    result = outcome.manifest
     assert result["status"] == "completed"
     assert result["params"] == {"t": redact.reference("t")}  # the API returns stored data
     captured = capfd.readouterr()

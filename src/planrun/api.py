@@ -1,225 +1,50 @@
-"""The facade the CLI and tests both call: validate, execute, status, runs, log, output.
+"""The one front door: what the CLI and tests call (SPEC §5-§9).
 
-Functions here take settings and plain values, return plain data (dicts, reports) and
-raise :class:`~planrun.errors.PlanrunError` subclasses; they never print. Rendering is the
-CLI's job (:mod:`planrun.cli`, :mod:`planrun.ui`).
+Checking (``validate``, ``policy_check``, ``plans``, ``plan_for_viewing``), driving runs
+(``execute`` here; ``resume``, ``retry``, ``resolve``, ``unlock``, ``explain`` from
+:mod:`planrun.lifecycle`), reading the journal (``status``, ``runs``, ``log``, ``follow``,
+``output``), journal maintenance (``prune``, ``forget``), and what the CLI shows of plans
+and tools. Commands that drive a run return a :class:`~planrun.outcome.RunOutcome`.
+
+Functions here take settings and plain values, return plain data (dicts, reports,
+outcomes) and raise :class:`~planrun.errors.PlanrunError` subclasses; they never print.
+Rendering is the CLI's job (:mod:`planrun.cli`, :mod:`planrun.ui`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .errors import Refused, RunError, UsageError
-from .issues import Issue, PlanReport, Report
-from .paths import PlanLookupError, Settings, find_plan, shown_path
+from .checking import (
+    Loaded,
+    _first_code,
+    check,
+    check_approve,
+    file_sha256,
+    grant_warnings,
+    journaled_path,
+    load_params_file,
+    load_registry,
+    no_gc,
+    param_input,
+    project_key,
+)
+from .errors import InternalError, Refused, RunError, UsageError
+from .issues import Issue, Report
+from .outcome import RunOutcome
+from .paths import Settings, load_settings, shown_path
 from .validation import CheckedPlan, ParamInput
 
-
-@dataclass
-class Loaded:
-    """A registry plus one located plan file and its check."""
-
-    report: PlanReport
-    plan: CheckedPlan | None
-    document: Any = None
-    path: Path | None = None
-
-
-def load_params_file(path: str | None) -> dict[str, Any]:
-    """Values of ``--params-file`` (YAML or JSON mapping, native types).
-
-    Raises:
-        Refused: unreadable, invalid, or not a mapping (codes ``syntax``, ``duplicate_key``,
-            ``too_large``, ``schema``; exit 3).
-    """
-    if path is None:
-        return {}
-    from .loading import DocumentError, load_file
-
-    p = Path(path)
-    from .paths import probe
-
-    if not probe(p, "is_file"):
-        what = "is not a file" if probe(p) else "does not exist"
-        raise UsageError(f"--params-file {path!r} {what}")
-    try:
-        doc = load_file(p)
-    except DocumentError as exc:
-        raise Refused(f"cannot read parameters from {path}: {exc}",
-                      code=exc.issues[0].code, report=Report(issues=exc.issues)) from None
-    if not isinstance(doc.data, dict):
-        issue = Issue(code="schema", file=path, message="a params file must be a mapping of "
-                      "parameter names to values")
-        raise Refused(issue.message, code="schema", report=Report(issues=[issue]))
-    return dict(doc.data)
-
-
-def param_input(cli: Sequence[str] = (), params_file: str | None = None) -> ParamInput:
-    """Parse ``-p NAME=VALUE`` options and ``--params-file``.
-
-    ``PLANRUN_PARAM_<NAME>`` environment values are offered too (used only for declared
-    parameters, below ``-p``).
-
-    Raises:
-        UsageError: a ``-p`` without ``=`` (exit 2).
-    """
-    values: dict[str, str] = {}
-    for item in cli:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"-p {item!r}: write -p NAME=VALUE")
-        if name in values:
-            raise UsageError(f"-p {name} is given twice; give each parameter once")
-        values[name] = value
-    env = {k[len("PLANRUN_PARAM_"):]: v for k, v in os.environ.items()
-           if k.startswith("PLANRUN_PARAM_")}
-    env.update({k.lower(): v for k, v in env.items() if k.lower() not in env})
-    return ParamInput(cli=values, file_values=load_params_file(params_file), env=env)
-
-
-def load_registry(settings: Settings) -> Any:
-    """The registry with its policy attached.
-
-    Raises:
-        Refused: code ``registry`` (every registry issue) or ``config`` (every policy
-            issue), exit 3.
-    """
-    from .policy import load_policy
-    from .registry import load_registry as _load
-
-    registry, issues = _load(settings.registry, settings.pools)
-    if issues:
-        raise Refused(f"{settings.registry} has {len(issues)} problem(s)", code="registry",
-                      report=Report(issues=issues))
-    if settings.policy:
-        shown = shown_path(settings.config_file) if settings.config_file else None
-        registry.policy, problems = load_policy(settings.policy, set(registry.tools), shown)
-        if problems:
-            raise Refused(f"the policy in {shown} has {len(problems)} problem(s)",
-                          code="config", report=Report(issues=problems))
-    return registry
-
-
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a large document is loaded and checked.
-
-    Loading allocates millions of acyclic objects, and the collector's passes over them
-    made validation time grow faster than the plan (2-3x slower at 100,000 steps).
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def check(settings: Settings, name: str, registry: Any, given: ParamInput | None,
-          *, concrete: bool | None = None) -> Loaded:
-    """Locate, load and check one plan; problems are in the report, never raised."""
-    with no_gc():
-        return _check(settings, name, registry, given, concrete=concrete)
-
-
-def _check(settings: Settings, name: str, registry: Any, given: ParamInput | None,
-           *, concrete: bool | None = None) -> Loaded:
-    from .loading import DocumentError, load_file
-    from .validation import check_plan, plan_name
-
-    try:
-        path = find_plan(name, settings.plans_dir)
-    except PlanLookupError as exc:
-        return Loaded(PlanReport(file=exc.issue.file, issues=[exc.issue]), None)
-    shown = _shown(path, settings)
-    try:
-        doc = load_file(path, display=shown)
-    except DocumentError as exc:
-        return Loaded(PlanReport(file=shown, issues=list(exc.issues)), None, path=path)
-    report, plan = check_plan(doc, registry, settings, given, concrete=concrete,
-                              name_hint=plan_name(path, doc))
-    if plan is not None:
-        report.issues.extend(grant_warnings(plan, doc))
-    return Loaded(report, plan, document=doc.data, path=path)
-
-
-def grant_warnings(plan: CheckedPlan, doc: Any = None) -> list[Issue]:
-    """``ungrantable`` warnings: steps the policy means grants to clear, that none ever can.
-
-    A step needing clearance whose tool (or class) a grant names, or whose class is
-    ``act``, but whose arguments (or ``for_each``) are only known at run time: no grant
-    can check them before the run, so an unattended run always stops with exit 4
-    (issue 10, bug 1). ``doc`` (a :class:`~planrun.loading.Document`) locates the issue.
-    """
-    from .params import StepRef, Template
-
-    def steps_read(value: Any) -> bool:  # a Template holding {steps.…}: run time only
-        if isinstance(value, Template):
-            return any(isinstance(r, StepRef) for r in value.refs())
-        if isinstance(value, dict):
-            return any(steps_read(v) for v in value.values())
-        if isinstance(value, list):
-            return any(steps_read(v) for v in value)
-        return False
-
-    def templated(value: Any) -> bool:
-        if isinstance(value, Template):
-            return True
-        if isinstance(value, dict):
-            return any(templated(v) for v in value.values())
-        if isinstance(value, list):
-            return any(templated(v) for v in value)
-        return False
-
-    policy = plan.policy
-    if policy is None:
-        return []
-    out: list[Issue] = []
-    for step in plan.steps:
-        if not step.approval_reason or step.approval_reason == "escalate":
-            continue
-        literal = isinstance(step.for_each, list) and not templated(step.for_each)
-        if step.for_each is not None and not literal:
-            what = "for_each"
-        elif (steps_read(step.arguments) if step.for_each is not None
-              else templated(step.arguments)):
-            what = "arguments"
-        else:
-            continue
-        c = step.tool.name
-        cls = policy.class_of(c)
-        names = [g.id for g in policy.grants
-                 if g.tool == c or (cls is not None and g.cls == cls[0])]
-        if not names and not (cls is not None and cls[1] == "act"):
-            continue
-        which = (f"grant {', '.join(repr(n) for n in names)} names"
-                 if names else f"class {cls[0]!r} (level act) holds" if cls else "")
-        path = f"/steps/{step.index}/{what}"
-        line = col = None
-        if doc is not None:
-            with contextlib.suppress(Exception):
-                line, col = doc.locate(path)
-        out.append(Issue(
-            code="ungrantable", severity="warning", step=step.id, path=path,
-            file=plan.file or None, line=line, column=col,
-            message=f"step {step.id!r}: no grant can ever clear it unattended: "
-            f"{which} its tool {c!r}, but its {what} are only known at run time, and a "
-            "grant checks arguments before the run. An unattended run (cron, CI) stops "
-            f"with exit 4; give the {what} from parameters or literals, or clear the step "
-            f"with --approve {step.id}"))
-    return out
-
-
-def _shown(path: Path, settings: Settings) -> str:
-    return shown_path(path)
+__all__ = [
+    "DryRun", "Loaded", "Report", "RunOutcome", "check", "check_approve", "execute", "explain",
+    "file_sha256", "follow", "forget", "grant_warnings", "journaled_path", "load_params_file",
+    "load_registry", "load_settings", "log", "no_gc", "output", "param_input", "parse_age",
+    "plan_for_viewing", "plans", "policy_check", "project_key", "prune", "resolve",
+    "resume", "retry", "runs", "status", "unlock", "validate",
+]
 
 
 def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None
@@ -293,15 +118,47 @@ class DryRun:
     order: list[str]
     approvals: list[Any] = field(default_factory=list)
 
+    def to_json(self) -> dict[str, Any]:
+        """The dry run as ``execute --dry-run --json`` prints it.
+
+        ``{"plan", "order", "approvals": [step ids], "steps": [{"id", "tool", "when",
+        "for_each", "arguments"}]}`` (run-time placeholders as written).
+        """
+        from .params import as_written
+
+        by_id = self.plan.by_id
+        return {"plan": self.plan.name, "order": self.order,
+                "approvals": [r.step_id for r in self.approvals],
+                "steps": [{"id": sid, "tool": by_id[sid].tool.name, "when": by_id[sid].when,
+                           "for_each": as_written(by_id[sid].for_each),
+                           "arguments": as_written(by_id[sid].arguments)}
+                          for sid in self.order]}
+
+
+def _settled(drive: Callable[[], RunOutcome]) -> RunOutcome:
+    """``drive()``; a bug that ended the run ``failed`` is that run's outcome (SPEC §5).
+
+    The outcome's ``error`` is the :class:`~planrun.errors.InternalError`; without a
+    manifest (the journal could not be read) it is raised.
+    """
+    try:
+        return drive()
+    except InternalError as exc:
+        if exc.manifest is None:
+            raise
+        return RunOutcome(exc.manifest, error=exc,
+                          abandoned_calls=getattr(exc, "abandoned_calls", 0))
+
 
 def execute(settings: Settings, name: str, given: ParamInput, *,
             approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
             max_parallel: int | None = None, keep_going: bool = False,
-            dry_run: bool = False, progress: Any = None) -> dict[str, Any] | DryRun:
+            dry_run: bool = False, progress: Any = None) -> RunOutcome | DryRun:
     """Load, check, journal, clear and run one plan (SPEC §5).
 
     Returns:
-        The manifest (``dry_run``: a :class:`DryRun`, nothing journaled or run).
+        The run's outcome (``dry_run``: a :class:`DryRun`, nothing journaled or run); a
+        bug that ended the run failed is in its ``error``.
 
     Raises:
         Refused: the plan, registry or configuration is refused (exit 3); the run is
@@ -310,9 +167,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         ApprovalError: a step was denied or could not be cleared (exit 4).
         JournalError: the journal is unusable (exit 6).
     """
-    from . import approval, runner
-    from .journal import Journal
-    from .journal.store import lease_owner, new_run_id
+    from . import approval
 
     registry = load_registry(settings)
     loaded = check(settings, name, registry, given, concrete=True)
@@ -327,6 +182,17 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     requests = [approval.request_for(s) for s in plan.steps if s.approval_reason]
     if dry_run:
         return DryRun(plan=plan, order=plan.order(), approvals=requests)
+    return _settled(lambda: _start(settings, loaded, plan, requests, approve, approve_all,
+                                   approver, max_parallel, keep_going, progress))
+
+
+def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list[Any],
+           approve: Sequence[str], approve_all: bool, approver: Any,
+           max_parallel: int | None, keep_going: bool, progress: Any) -> RunOutcome:
+    """Journal the checked plan as a new run, clear its approvals, drive it."""
+    from . import clearance, runner
+    from .journal import Journal
+    from .journal.store import lease_owner, new_run_id
 
     run_id = new_run_id()
     parallel = max_parallel or plan.max_parallel or settings.max_parallel
@@ -343,79 +209,13 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         journal.fresh_keys = True
         with runner.internal_guard(journal, run_id):
             if requests:
-                runner.clear_approvals(journal, run_id, requests, set(approve), approve_all,
-                                       approver, on_deny="denied", plan=plan,
-                                       policy=registry.policy)
+                clearance.clear_approvals(journal, run_id, requests, set(approve), approve_all,
+                                          approver, on_deny="denied", plan=plan,
+                                          policy=plan.policy)  # the registry's
             return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                                 owner=owner, max_parallel=parallel, keep_going=keep_going,
                                 progress=progress, fresh=True)
 
-
-def check_approve(approve: Sequence[str], plan: CheckedPlan) -> None:
-    """Refuse ``--approve`` naming no step of the plan, suggesting the closest step.
-
-    Raises:
-        UsageError: ``usage`` (exit 2), e.g. ``--approve 'pubish': the plan has no such
-            step. Did you mean 'publish'?``.
-    """
-    from .issues import did_you_mean
-
-    unknown = [s for s in approve if s not in plan.by_id]
-    if unknown:
-        needs = [s.id for s in plan.steps if s.approval_reason]
-        raise UsageError(f"--approve {unknown[0]!r}: the plan has no such step."
-                         + did_you_mean(unknown[0], plan.by_id),
-                         hint=f"Steps: {', '.join(plan.by_id)}"
-                         + (f"; needing approval: {', '.join(needs)}." if needs else "."))
-
-
-def project_key(settings: Settings) -> str:
-    """The project folder as journaled with each run: absolute, symlinks resolved."""
-    try:
-        return str(settings.project.resolve())
-    except OSError:
-        return str(settings.project)
-
-
-def journaled_path(path: Path | None, settings: Settings) -> str | None:
-    """A plan file's path as journaled: relative to the project folder when inside it.
-
-    With the run's ``project`` column it means the same from any current folder (issue
-    10, bug 3); a file outside the project is journaled absolute.
-    """
-    if path is None:
-        return None
-    try:
-        full = path.resolve()
-    except OSError:
-        full = path.absolute()
-    try:
-        return str(full.relative_to(project_key(settings)))
-    except ValueError:
-        return str(full)
-
-
-def file_sha256(path: Path | None, plan: CheckedPlan | None = None) -> str | None:
-    """SHA-256 of a plan file's bytes (to notice later edits cheaply), or None.
-
-    None too for a plan whose file holds a secret parameter's ``default``: a digest of
-    those bytes would let the secret be guessed from the journal.
-    """
-    import hashlib
-
-    declared = plan.document.get("params") if plan is not None else None
-    if isinstance(declared, dict) and any(
-            isinstance(declared.get(n), dict) and "default" in declared[n]
-            for n in plan.secret_params):  # type: ignore[union-attr]
-        return None
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest() if path else None
-    except OSError:
-        return None
-
-
-def _first_code(report: PlanReport) -> str:
-    return report.issues[0].code if report.issues else "refused"
 
 
 def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None:
@@ -639,3 +439,202 @@ def plans(settings: Settings) -> list[dict[str, Any]]:
             "ok": not errors, "issues": len(errors),
         })
     return out
+
+
+# --- after a run stopped (SPEC §7): resume, explain, resolve, retry, unlock ------------
+
+
+def resume(settings: Settings, ref: str | None, given: ParamInput | None = None, *,
+           approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
+           max_parallel: int | None = None, progress: Any = None) -> RunOutcome:
+    """Continue an interrupted run without repeating finished steps.
+
+    ``ref``: a run id or prefix; None: the most recent interrupted or running run.
+
+    Returns:
+        The run's outcome (a note when the plan file changed since the run started).
+
+    Raises:
+        RunError: ``unknown_run``, ``run_not_resumable``, ``run_busy``, ``indeterminate``
+            (exit 5).
+        Refused: the journaled plan no longer passes validation (exit 3).
+        UsageError: ``--approve`` names no step, or ``-p`` gives a journaled value (exit 2).
+        ApprovalError: a step still needing clearance was not cleared (exit 4).
+    """
+    from . import lifecycle
+
+    return _settled(lambda: lifecycle.resume(
+        settings, ref, given, approve=list(approve), approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, progress=progress))
+
+
+def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
+          approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
+          max_parallel: int | None = None, keep_going: bool = False,
+          progress: Any = None, from_step: str | None = None) -> RunOutcome:
+    """Start a child run of a failed run that inherits its succeeded steps.
+
+    ``from_step``: the run may be completed too; that step and every step after it run
+    again.
+
+    Returns:
+        The child run's outcome.
+
+    Raises:
+        RunError: ``unknown_run``, ``run_not_resumable``, ``run_busy``, ``indeterminate``
+            (exit 5).
+        Refused: the journaled plan no longer passes validation (exit 3).
+        UsageError: ``--approve``/``--from`` name no step (``unknown_step``, exit 2).
+        ApprovalError: a step to run again was not cleared (exit 4).
+    """
+    from . import lifecycle
+
+    return _settled(lambda: lifecycle.retry(
+        settings, run_ref, given, approve=list(approve), approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+        progress=progress, from_step=from_step))
+
+
+def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
+            ) -> dict[str, Any]:
+    """What :func:`resume` would do, per step, and why; changes nothing.
+
+    Returns:
+        ``{"run_id", "status", "lease", "calls", "revalidation": {"ok", "issues"},
+        "would_stop", "steps": [{"step", "tool", "status", "action", "why"}], "notes"}``.
+
+    Raises:
+        RunError: ``unknown_run``, ``run_not_resumable`` (exit 5).
+        UsageError: ``-p`` gives a journaled value, as for resume (exit 2).
+    """
+    from . import lifecycle
+
+    return lifecycle.explain(settings, ref, given)
+
+
+def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
+            output: str | None, reason: str | None, item: int | None = None
+            ) -> dict[str, Any]:
+    """Settle an indeterminate step (or fan-out ``item``) by a person's word.
+
+    ``output``: with ``succeeded``, the step's output as JSON text.
+
+    Returns:
+        The run's manifest.
+
+    Raises:
+        UsageError: ``--output`` is not JSON or does not fit, a fan-out step without
+            ``item`` (exit 2).
+        RunError: ``unknown_run``, ``run_busy``, or the step is not indeterminate (exit 5).
+    """
+    from . import lifecycle
+
+    return lifecycle.resolve(settings, run_ref, step, succeeded=succeeded, output=output,
+                             reason=reason, item=item)
+
+
+def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
+    """Release a run's lease whose holder cannot be proven dead (another host).
+
+    Returns:
+        ``{"run_id", "released", "owner"}``.
+
+    Raises:
+        RunError: ``unknown_run``; ``run_busy`` when the holder or a call of the run is
+            a live process on this host (exit 5).
+    """
+    from . import lifecycle
+
+    return lifecycle.unlock(settings, run_ref)
+
+
+# --- what the CLI shows of plans, tools and file formats --------------------------------
+
+
+def describe_plan(plan: CheckedPlan) -> dict[str, Any]:
+    """A checked plan as ``planrun show`` prints it (see :func:`planrun.views.describe_plan`)."""
+    from .views import describe_plan as describe
+
+    return describe(plan)
+
+
+def render_graph(plan: CheckedPlan, fmt: str) -> str:
+    """The plan's dependency graph as text: ``fmt`` ``mermaid`` or ``dot``."""
+    from .views import render_graph as render
+
+    return render(plan, fmt)
+
+
+def describe_tools(registry: Any) -> list[dict[str, Any]]:
+    """The registered tools as ``planrun tools`` prints them."""
+    from .views import describe_tools as describe
+
+    return describe(registry)
+
+
+def json_schema(kind: str) -> dict[str, Any]:
+    """The JSON Schema of ``kind``: ``plan`` or ``tools`` (tools.yaml)."""
+    from .views import json_schema as schema
+
+    return schema(kind)
+
+
+def init_project(folder: str) -> list[str]:
+    """Create a starter project in ``folder``; the files written (shown paths).
+
+    Raises:
+        UsageError: a file to write exists already (exit 2).
+    """
+    from pathlib import Path
+
+    from .views import init_project as init
+
+    return [str(p) for p in init(Path(folder))]
+
+
+
+def plan_outline(settings: Settings, *, plan: str | None = None, run: str = "last"
+                 ) -> tuple[list[str], list[str], list[str]]:
+    """(step ids, steps whose tool is irreversible, parameter names) for shell completion.
+
+    Of the plan file ``plan`` (as ``execute PLAN`` finds it), else of the journaled plan
+    of ``run`` (id, prefix or ``last``). Read-only; no validation (completion works on a
+    plan being written). A registry that cannot be loaded leaves the second list empty.
+
+    Raises:
+        PlanrunError: the plan or run cannot be found or read (completion shows nothing).
+    """
+    data: Any = None
+    if plan is not None:
+        from .loading import load_file
+        from .paths import find_plan
+
+        data = load_file(find_plan(plan, settings.plans_dir)).data
+    else:
+        with _reader(settings) as journal:
+            data = journal.run(journal.resolve_run_id(run)).plan
+    if not isinstance(data, dict):
+        return [], [], []
+    steps = [s for s in data.get("steps") or [] if isinstance(s, dict)]
+    ids = [str(s.get("id")) for s in steps if s.get("id") is not None]
+    needs: list[str] = []
+    try:
+        from .registry import load_registry as load_tools
+
+        registry, _ = load_tools(settings.registry, settings.pools)
+        for s in steps:
+            tool = registry.tools.get(str(s.get("tool")))
+            if tool is not None and tool.entry.irreversible:
+                needs.append(str(s.get("id")))
+    except Exception:  # the registry is optional for completion
+        pass
+    declared = data.get("params")
+    names = list(declared) if isinstance(declared, dict) else []
+    return ids, needs, names
+
+
+def plan_names(settings: Settings) -> list[str]:
+    """Names of the plans in the project's plans folder."""
+    from .paths import plan_names as names
+
+    return names(settings.plans_dir)

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import redact, runner
+from . import clearance, redact, runner
 from .approval import request_for, user_name
+from .checking import check_approve, file_sha256, load_registry, no_gc
 from .errors import Refused, RunError, UsageError
 from .executor import StepState
-from .issues import Report
+from .issues import PlanReport, Report
 from .journal import ItemRecord, Journal, RunRecord, StepRecord
 from .journal.store import lease_owner, new_run_id
 from .manifest import RESUMABLE
+from .outcome import RunOutcome
 from .paths import Settings
 from .validation import CheckedPlan, ParamInput
 
@@ -45,17 +47,23 @@ def journaled_params(row: RunRecord, data: Any) -> tuple[dict[str, Any], set[str
     return {k: reveal(v, {}) for k, v in journaled.items() if k not in secret}, secret
 
 
-def _replan(journal: Journal, settings: Settings, row: RunRecord,
-            given: ParamInput | None) -> CheckedPlan:
-    """The journaled plan, revalidated against the current registry and policy.
+def journaled_plan(settings: Settings, row: RunRecord, given: ParamInput | None
+                   ) -> tuple[PlanReport, CheckedPlan | None]:
+    """The run's journaled plan, checked again against the current registry and policy.
 
-    Journaled parameter values are reused; secret ones (journaled as references) must be
-    given again (``-p``, ``--params-file``, ``PLANRUN_PARAM_<NAME>``).
+    One rebuild for ``resume``, ``retry`` and ``resume --explain``, so that explain says
+    what resume does. Journaled parameter values are reused; secret ones (journaled as
+    references) must be given again (``-p``, ``--params-file``, ``PLANRUN_PARAM_<NAME>``).
+
+    Returns:
+        (the plan's report, the checked plan or None when it no longer passes).
 
     Raises:
-        Refused: the plan no longer fits (the ordinary report codes, exit 3).
+        Refused: the registry or configuration is invalid (codes ``registry``,
+            ``config``; exit 3).
+        UsageError: ``-p``/``--params-file`` give a parameter the run already has a value
+            for (exit 2).
     """
-    from .api import load_registry
     from .loading import Document
     from .validation import check_plan
 
@@ -79,11 +87,20 @@ def _replan(journal: Journal, settings: Settings, row: RunRecord,
                         env={k: v for k, v in given.env.items() if k in secret},
                         file_values={**values, **{k: v for k, v in given.file_values.items()
                                                    if k not in values}})
-    from .api import no_gc
-
     with no_gc():
-        report, plan = check_plan(doc, registry, settings, merged, concrete=True,
-                                  name_hint=row.plan_name, known_digest=row.digest)
+        return check_plan(doc, registry, settings, merged, concrete=True,
+                          name_hint=row.plan_name, known_digest=row.digest)
+
+
+def _replan(journal: Journal, settings: Settings, row: RunRecord,
+            given: ParamInput | None) -> CheckedPlan:
+    """:func:`journaled_plan`, or ``plan_refused`` journaled and :class:`Refused` raised.
+
+    Raises:
+        Refused: the plan no longer fits (the ordinary report codes, exit 3).
+        UsageError: as :func:`journaled_plan`.
+    """
+    report, plan = journaled_plan(settings, row, given)
     if plan is None:
         journal.add_event(row.run_id, "plan_refused",
                           data={"issues": [i.to_json() for i in report.issues],
@@ -101,8 +118,6 @@ def changed_plan_note(settings: Settings, row: RunRecord) -> str | None:
     edit to apply, so say that it does not. Compares the file's bytes with the SHA-256
     journaled at execute (cheap even for a large plan).
     """
-    from .api import file_sha256
-
     shown = row.plan_file
     then = row.options.get("file_sha256")
     if not shown or not then:
@@ -267,7 +282,7 @@ def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]],
 def resume(settings: Settings, ref: str | None, given: ParamInput | None = None, *,
            approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
            max_parallel: int | None = None, keep_going: bool | None = None,
-           progress: Any = None) -> dict[str, Any]:
+           progress: Any = None) -> RunOutcome:
     """Continue an interrupted run (SPEC §7 "planrun resume").
 
     Raises:
@@ -286,8 +301,6 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
         try:
             plan = _replan(journal, settings, row, given)
             if approve:
-                from .api import check_approve
-
                 check_approve(approve, plan)
             found = analyse(journal.steps(run_id), plan,
                             row.contracts, _items(journal, run_id))
@@ -298,7 +311,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             to_run = {sid for sid, st in found.state.items() if st.status == "pending"}
             requests = _missing_approvals(journal, run_id, plan, to_run)
             if requests:
-                runner.clear_approvals(journal, run_id, requests, set(approve or []),
+                clearance.clear_approvals(journal, run_id, requests, set(approve or []),
                                        approve_all, approver, on_deny=None, plan=plan,
                                        policy=plan.policy, whole_run=[
                                            request_for(s) for s in plan.steps
@@ -312,13 +325,12 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             journal.release_lease(run_id, owner)
             raise
         note = changed_plan_note(settings, row)
-        result = runner.drive(journal, settings, plan, run_id=run_id,
-                              root_run_id=row.root_run_id, owner=owner,
-                              max_parallel=int(parallel), keep_going=bool(going),
-                              state=found.state, progress=progress)
-        if note:
-            result["_notes"] = [note]
-        return result
+        outcome = runner.drive(journal, settings, plan, run_id=run_id,
+                               root_run_id=row.root_run_id, owner=owner,
+                               max_parallel=int(parallel), keep_going=bool(going),
+                               state=found.state, progress=progress)
+        outcome.notes.extend([note] if note else [])
+        return outcome
 
 
 def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
@@ -352,20 +364,8 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         run_id = row.run_id
         problems = None
         plan = None
-        try:
-            from .api import load_registry
-            from .loading import parse_text
-            from .validation import check_plan
-
-            registry = load_registry(settings)
-            data = redact.loaded_plan(row.plan)
-            doc = parse_text(json.dumps(data, indent=2), kind="json",
-                             file=f"journal:{run_id}")
-            values, _secret = journaled_params(row, data)
-            g = given or ParamInput()
-            report, plan = check_plan(doc, registry, settings, ParamInput(
-                cli=g.cli, env=g.env, file_values={**values, **g.file_values}),
-                concrete=True)
+        try:  # the plan as resume would rebuild it (a UsageError: resume's too)
+            report, plan = journaled_plan(settings, row, given)
             if plan is None:
                 problems = [i.to_json() for i in report.issues]
         except Refused as exc:
@@ -470,8 +470,6 @@ def _check_resolved_output(settings: Settings, row: RunRecord, step: str,
     if not given:
         return
     try:
-        from .api import load_registry
-
         registry = load_registry(settings)
     except Exception:  # no registry to check against: the journal keeps what was given
         return
@@ -495,7 +493,7 @@ def _check_resolved_output(settings: Settings, row: RunRecord, step: str,
 def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
           approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
           max_parallel: int | None = None, keep_going: bool = False,
-          progress: Any = None, from_step: str | None = None) -> dict[str, Any]:
+          progress: Any = None, from_step: str | None = None) -> RunOutcome:
     """Start a child run of a failed run that inherits its succeeded steps (SPEC §7).
 
     ``from_step`` (``retry RUN --from STEP``): the run may also be ``completed``; STEP and
@@ -537,12 +535,10 @@ def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
                  given: ParamInput | None, owner: str, approve: list[str],
                  approve_all: bool, approver: Any, max_parallel: int | None,
                  keep_going: bool, progress: Any, from_step: str | None = None
-                 ) -> dict[str, Any]:
+                 ) -> RunOutcome:
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
     parent_id = row.run_id
     plan = _replan(journal, settings, row, given)
-    from .api import check_approve
-
     check_approve(approve, plan)
     parent_rows = journal.steps(parent_id)
     unknown: list[tuple[str, int | None]] = [
@@ -580,7 +576,7 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                  plan: CheckedPlan, child: str, owner: str, inherited: list[str],
                  parent_rows: list[StepRecord], approve: list[str], approve_all: bool,
                  approver: Any, parallel: int, keep_going: bool, progress: Any
-                 ) -> dict[str, Any]:
+                 ) -> RunOutcome:
     """Clear and run the new child run ``child`` of the failed run ``row``."""
     parent_id = row.run_id
     journal.copy_succeeded(parent_id, child, inherited)
@@ -590,16 +586,15 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
     requests = [request_for(s) for s in plan.steps
                 if s.approval_reason and s.id in to_run]
     if requests:
-        runner.clear_approvals(journal, child, requests, set(approve), approve_all,
+        clearance.clear_approvals(journal, child, requests, set(approve), approve_all,
                                approver, on_deny="denied", plan=plan, policy=plan.policy)
     note = changed_plan_note(settings, row)
-    result = runner.drive(journal, settings, plan, run_id=child,
-                          root_run_id=row.root_run_id, owner=owner,
-                          max_parallel=int(parallel), keep_going=keep_going, state=state,
-                          progress=progress, also_leased=[parent_id])
-    if note:
-        result["_notes"] = [note]
-    return result
+    outcome = runner.drive(journal, settings, plan, run_id=child,
+                           root_run_id=row.root_run_id, owner=owner,
+                           max_parallel=int(parallel), keep_going=keep_going, state=state,
+                           progress=progress, also_leased=[parent_id])
+    outcome.notes.extend([note] if note else [])
+    return outcome
 
 
 def _from_and_after(plan: CheckedPlan, step: str) -> set[str]:

@@ -1,0 +1,76 @@
+"""The ``planrun`` command line (Typer): parse, call :mod:`planrun.api`, render.
+
+Rendering is :mod:`planrun.ui`.
+No SQL, no jsonschema, no business logic here: the package imports only ``api``, ``ui``,
+``errors`` (the types it turns into exit statuses), ``__version__`` and, at start-up,
+``streams`` (the process's own stdout/stderr; importing ``ui`` there would slow every
+start). Heavy modules are imported inside the commands that need them so that
+``planrun --help`` starts fast. Every :class:`~planrun.errors.PlanrunError` becomes one
+message on stderr and the exit status of SPEC §9; anything else is a bug and shows a
+traceback.
+
+Modules: :mod:`.app` (the application, root options, command order), :mod:`.options`
+(shared options), :mod:`.guard` (errors to exit statuses), :mod:`.run` (execute, resume,
+retry, resolve), :mod:`.read` (status, runs, log, output), :mod:`.maintenance` (prune,
+forget, unlock), :mod:`.plans` (validate, show, graph, tools, schema, init, plans,
+policy check), :mod:`.completion` (shell completion).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from .app import app, common_flags_after_command
+from .guard import AbandonedExit
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point.
+
+    Command-line mistakes caught by the parser get the same one-line form as every other
+    user error (``planrun: error[usage]: …``, exit 2).
+    """
+    import contextlib
+    import os
+
+    from typer.exceptions import TyperException
+
+    # Text that is not UTF-8 (a lone surrogate from an undecodable byte) is printed as a
+    # backslash escape, never an exception: printing must not change an outcome.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(OSError, ValueError):  # e.g. a socket: cannot seek
+                reconfigure(errors="backslashreplace")
+    from ..streams import harden
+
+    harden()  # a closed or broken stdout/stderr never changes an outcome (SPEC §5)
+    try:
+        code = app(args=common_flags_after_command(sys.argv[1:]), prog_name="planrun",
+                   standalone_mode=False)
+    except AbandonedExit as exc:
+        # Python tool calls still run in threads (a timed-out call, or a run whose lease
+        # was lost): a normal exit would wait for them, maybe forever. Only here, at the
+        # outermost layer, is the process ended without waiting (streams flushed before).
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
+    except KeyboardInterrupt:
+        # Ctrl-C outside a run (while loading or validating): nothing was started.
+        sys.stderr.write("planrun: interrupted\n")
+        raise SystemExit(130) from None
+    except TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(exc.format_message() + "\n")
+            raise SystemExit(0) from None
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "planrun"
+        sys.stderr.write(f"planrun: error[usage]: {exc.format_message()}\n"
+                         f"  See: {where} --help\n")
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    except typer.Abort:
+        sys.stderr.write("planrun: interrupted\n")
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

@@ -1,0 +1,81 @@
+"""Errors to exit statuses: one message on stderr and the exit status of SPEC §9.
+
+Every :class:`~planrun.errors.PlanrunError` becomes one message on stderr (with its report,
+if any) and its exit status; anything else is a bug and shows a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+T = TypeVar("T")
+
+
+class AbandonedExit(SystemExit):
+    """Exit now with ``code``, not waiting for python tool calls still running in threads.
+
+    Raised by a command; :func:`planrun.cli.main` (the outermost layer) ends the process
+    with :func:`os._exit`, which nothing below it may call.
+    """
+
+
+def leave(code: int, abandoned_calls: int) -> NoReturn:
+    """End the command with exit status ``code``.
+
+    With python tool calls still running in threads (timed out, or the run's lease was
+    lost): :class:`AbandonedExit`, so that the process does not wait for them.
+    """
+    if abandoned_calls:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise AbandonedExit(code)
+    raise typer.Exit(code)
+
+
+def fail(exc: Any, verbose: bool) -> NoReturn:
+    """Print ``exc`` (a PlanrunError) as one message and end with its exit status."""
+    from ..ui import print_error
+
+    print_error(exc, verbose)
+    leave(exc.exit_code, getattr(exc, "abandoned_calls", 0))
+
+
+def settings_of(project: str | None, journal: str | None) -> Any:
+    """The settings: flag > environment > planrun.toml > defaults (SPEC §8)."""
+    from .. import api
+
+    return api.load_settings(project=project, journal=journal)
+
+
+def guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> T:
+    """Run ``fn``; turn a PlanrunError into its message and exit status.
+
+    ``as_json``: the error goes on stdout too, as ``{"ok": false, "error": {…}}``.
+    """
+    from ..errors import PlanrunError, Refused
+
+    try:
+        return fn()
+    except Refused as exc:
+        from ..api import Report
+        from ..ui import print_error, print_json, print_report
+
+        if isinstance(exc.report, Report):
+            if as_json:
+                print_json({"ok": False, "error": {"code": exc.code, "message": exc.message},
+                            **exc.report.to_json()})
+            else:
+                print_report(exc.report, "text", stream=sys.stderr)
+        print_error(exc, verbose)
+        raise typer.Exit(exc.exit_code) from None
+    except PlanrunError as exc:
+        if as_json:
+            from ..ui import print_json
+
+            print_json({"ok": False, "error": {"code": exc.code, "message": exc.message,
+                                               "hint": exc.hint}})
+        fail(exc, verbose)

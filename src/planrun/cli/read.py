@@ -1,0 +1,123 @@
+"""Commands that read runs from the journal: status, runs, log, output."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .guard import guard, settings_of
+from .options import (
+    AllProjectsOpt,
+    ItemOpt,
+    JournalOpt,
+    JsonOpt,
+    LatestRunArg,
+    NoColorOpt,
+    PlanFilterOpt,
+    ProjectOpt,
+    StatusOpt,
+    StepArg,
+    VerboseOpt,
+)
+
+
+def status(
+    run: LatestRunArg = "last",
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Show a run's manifest (default: this project's latest run)."""
+    from .. import api, ui
+
+    settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    m = guard(lambda: api.status(settings, run), verbose, as_json)
+    if as_json:
+        ui.print_json(m)
+    else:
+        ui.print_manifest(m, no_color=no_color)
+
+
+def runs(
+    plan: PlanFilterOpt = None,
+    status_: StatusOpt = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.",
+                                              min=1, max=2**63 - 1)] = None,
+    all_projects: AllProjectsOpt = False,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """List this project's runs, newest first (--all: every project's)."""
+    from .. import api, ui
+
+    settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    rows = guard(lambda: api.runs(settings, plan=plan,
+                                  status=status_.value if status_ else None, limit=limit,
+                                  all_projects=all_projects),
+                 verbose, as_json)
+    if as_json:
+        ui.print_json(rows)
+    else:
+        ui.print_runs(rows, here=api.project_key(settings) if not all_projects else None)
+
+
+def _without_tracebacks(event: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(event["data"], dict):
+        event["data"].pop("traceback", None)
+    return event
+
+
+def log(
+    run: LatestRunArg = "last",
+    tracebacks: Annotated[bool, typer.Option("--tracebacks", help="Show tools' "
+                                             "tracebacks.")] = False,
+    follow: Annotated[bool, typer.Option(
+        "-f", "--follow", help="Keep printing new events until the run ends (--json: one "
+        "JSON object per line).")] = False,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Show a run's events in order (default: this project's latest run)."""
+    from .. import api, ui
+
+    settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    if follow:
+        events_iter = api.follow(settings, run)
+        while True:
+            event = guard(lambda: next(events_iter, None), verbose, as_json)
+            if event is None:
+                raise typer.Exit(0)
+            if as_json:
+                ui.print_json_line(event if tracebacks else _without_tracebacks(event))
+            else:
+                ui.print_events([event], tracebacks)
+    _run_id, events = guard(lambda: api.log(settings, run), verbose, as_json)
+    if as_json:
+        ui.print_json(events if tracebacks else [_without_tracebacks(e) for e in events])
+    else:
+        ui.print_events(events, tracebacks)
+
+
+def output(
+    run: LatestRunArg,
+    step: StepArg = None,
+    item: ItemOpt = None,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Print one step's output as JSON on stdout: output [RUN] STEP (RUN: default last)."""
+    from .. import api, ui
+
+    if step is None:
+        run, step = "last", run
+    settings = guard(lambda: settings_of(project, journal), verbose)
+    value = guard(lambda: api.output(settings, run, step, item), verbose)
+    ui.print_json(value)

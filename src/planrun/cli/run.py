@@ -1,0 +1,217 @@
+"""Commands that drive a run: execute, resume (and ``--explain``), retry, resolve."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from .completion import complete_run_steps, complete_runs
+from .guard import fail, guard, leave, settings_of
+from .options import (
+    ApprovalTimeoutOpt,
+    ApproveAllOpt,
+    ApproveOpt,
+    ItemOpt,
+    JournalOpt,
+    JsonOpt,
+    MaxParallelOpt,
+    NoColorOpt,
+    ParamOpt,
+    ParamsFileOpt,
+    PlanArg,
+    ProjectOpt,
+    QuietOpt,
+    RunArg,
+    VerboseOpt,
+    text,
+)
+
+
+def execute(
+    plan: PlanArg,
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    approve: ApproveOpt = None,
+    approve_all: ApproveAllOpt = False,
+    approval_timeout: ApprovalTimeoutOpt = None,
+    max_parallel: MaxParallelOpt = None,
+    keep_going: Annotated[bool, typer.Option(
+        "--keep-going", help="After a failure, go on with steps that do not depend on "
+        "it.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Check and show the order and approvals; run and journal "
+        "nothing.")] = False,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Run a plan: validate, journal, clear approvals, run steps in dependency order."""
+    from .. import api, ui
+
+    result = _drive(lambda settings, given, approver, progress: api.execute(
+        settings, plan, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+        dry_run=dry_run, progress=progress), project=project, journal=journal, param=param,
+        params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
+        no_color=no_color, verbose=verbose, as_json=as_json)
+    if isinstance(result, api.DryRun):
+        for issue in api.grant_warnings(result.plan):
+            ui.err(ui.issue_line(issue))
+        if as_json:
+            ui.print_json(result.to_json())
+        else:
+            ui.print_dry_run(result)
+        raise typer.Exit(0)
+    _finish(result, as_json, no_color)
+
+
+def _drive(call: Callable[[Any, Any, Any, Any], Any], *, project: str | None,
+           journal: str | None, param: list[str] | None, params_file: str | None,
+           approval_timeout: float | None, quiet: bool, no_color: bool, verbose: bool,
+           as_json: bool) -> Any:
+    """The common part of execute, resume and retry.
+
+    Settings, parameters, the person at the terminal (if any), live progress; then
+    ``call(settings, given, approver, progress)``: a RunOutcome (or a DryRun).
+    """
+    from .. import api, ui
+
+    settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    given = guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+    approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
+    with ui.progress_reporter(quiet, no_color, verbose) as progress:
+        return guard(lambda: call(settings, given, approver, progress), verbose, as_json)
+
+
+def _finish(outcome: Any, as_json: bool, no_color: bool) -> NoReturn:
+    """Print a driven run's notes and manifest; exit with its status (SPEC §9)."""
+    from .. import ui
+
+    for note in outcome.notes:
+        ui.err(f"planrun: note: {note}")
+    if as_json:
+        ui.print_json(outcome.manifest)
+    else:
+        ui.print_manifest(outcome.manifest, no_color=no_color)
+    if outcome.error is not None:
+        # A bug ended the run failed: it ends as any failed run (manifest, exit 1), with
+        # the one-line error on stderr (SPEC §5).
+        ui.print_error(outcome.error)
+    leave(outcome.exit_code, outcome.abandoned_calls)
+
+
+def resume(
+    run: Annotated[str | None, typer.Argument(
+        callback=text,
+        help="Run id or prefix (default: the most recent interrupted or running run).",
+        autocompletion=lambda ctx, args, incomplete: complete_runs(
+            ctx, args, incomplete))] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Print what resume would do per step, and why; change "
+        "nothing.")] = False,
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    approve: ApproveOpt = None,
+    approve_all: ApproveAllOpt = False,
+    approval_timeout: ApprovalTimeoutOpt = None,
+    max_parallel: MaxParallelOpt = None,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Continue an interrupted run without repeating finished steps."""
+    from .. import api, ui
+
+    if explain:
+        settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+        given = guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+        report = guard(lambda: api.explain(settings, run, given), verbose, as_json)
+        if as_json:
+            ui.print_json(report)
+        else:
+            ui.print_explain(report)
+        raise typer.Exit(0)
+    result = _drive(lambda settings, given, approver, progress: api.resume(
+        settings, run, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, progress=progress), project=project,
+        journal=journal, param=param, params_file=params_file,
+        approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
+        as_json=as_json)
+    _finish(result, as_json, no_color)
+
+
+def resolve(
+    run: RunArg,
+    step: Annotated[str, typer.Argument(help="The indeterminate step.", callback=text)],
+    succeeded: Annotated[bool, typer.Option(
+        "--succeeded", help="Its effect happened: record it as succeeded.")] = False,
+    failed: Annotated[bool, typer.Option(
+        "--failed", help="Its effect did not happen: record it as failed.")] = False,
+    output_json: Annotated[str | None, typer.Option(
+        "--output", help="With --succeeded: the step's output, as JSON.",
+        metavar="JSON")] = None,
+    reason: Annotated[str | None, typer.Option(
+        "--reason", help="Why (journaled).", metavar="TEXT", callback=text)] = None,
+    item: ItemOpt = None,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Settle a step whose effect is unknown, so that resume can continue."""
+    from .. import api, ui
+    from ..errors import UsageError
+
+    if succeeded == failed:
+        fail(UsageError("give exactly one of --succeeded or --failed"), verbose)
+    settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    m = guard(lambda: api.resolve(settings, run, step, succeeded=succeeded,
+                                  output=output_json, reason=reason, item=item),
+              verbose, as_json)
+    if as_json:
+        ui.print_json(m)
+    else:
+        ui.print_manifest(m, no_color=no_color)
+
+
+def retry(
+    run: RunArg,
+    param: ParamOpt = None,
+    params_file: ParamsFileOpt = None,
+    approve: ApproveOpt = None,
+    approve_all: ApproveAllOpt = False,
+    approval_timeout: ApprovalTimeoutOpt = None,
+    max_parallel: MaxParallelOpt = None,
+    keep_going: Annotated[bool, typer.Option(
+        "--keep-going", help="After a failure, go on with independent steps.")] = False,
+    from_step: Annotated[str | None, typer.Option(
+        "--from", help="Run this step and every step after it again, even if they "
+        "succeeded (the run may be completed).", metavar="STEP",
+        autocompletion=lambda ctx, args, incomplete: complete_run_steps(
+            ctx, args, incomplete))] = None,
+    as_json: JsonOpt = False,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    no_color: NoColorOpt = False,
+) -> None:
+    """Start a child run of a failed run: inherit succeeded steps, re-run the rest."""
+    from .. import api
+
+    result = _drive(lambda settings, given, approver, progress: api.retry(
+        settings, run, given, approve=approve or [], approve_all=approve_all,
+        approver=approver, max_parallel=max_parallel, keep_going=keep_going,
+        progress=progress, from_step=from_step), project=project, journal=journal, param=param,
+        params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
+        no_color=no_color, verbose=verbose, as_json=as_json)
+    _finish(result, as_json, no_color)
