@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .loading import pointer
+from .pointers import pointer
 
 if TYPE_CHECKING:
     from .models import Tool

@@ -46,12 +46,21 @@ ISSUE_CODES: dict[str, str] = {
 Severity = Literal["error", "warning"]
 
 
-def did_you_mean(name: str, choices: Any) -> str:
-    """`` Did you mean 'x'?`` for the closest of ``choices`` to ``name``, or ``""``."""
+def closest(name: str, choices: Any) -> str | None:
+    """The one of ``choices`` (turned into text) closest to ``name``, or None if none is close.
+
+    "Close" is :func:`difflib.get_close_matches` with its default cutoff (0.6).
+    """
     import difflib
 
     close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, choices: Any) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``choices`` to ``name``, or ``""``."""
+    close = closest(name, choices)
+    return f" Did you mean {close!r}?" if close is not None else ""
 
 
 @dataclass(frozen=True, slots=True)

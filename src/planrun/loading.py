@@ -13,7 +13,6 @@ node (:meth:`Document.locate`), computed only when an issue needs it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -24,6 +23,19 @@ from typing import Any
 import yaml
 
 from .issues import Issue
+from .jsontext import JsonIndex as _JsonIndex
+from .jsontext import NotFinite as _NotFinite
+from .jsontext import finite_float as _finite_float
+from .jsontext import index_json as _index_json
+from .jsontext import json_issue as _json_issue
+from .jsontext import json_pairs as _json_pairs
+from .jsontext import line_col as _line_col
+from .jsontext import reject_constant as _reject_constant
+
+# re-exported: loading.pointer & co. were defined here before pointers.py
+from .pointers import pointer as pointer
+from .pointers import pointer_escape as pointer_escape
+from .pointers import split_pointer as split_pointer
 
 #: Files larger than this are refused (``too_large``), in bytes.
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -93,25 +105,6 @@ def _issue(code: str, message: str, file: str | None, mark: Any = None,
     if mark is not None:
         line, column = mark.line + 1, mark.column + 1
     return Issue(code=code, message=message, file=file, line=line, column=column, path=path)
-
-
-def pointer_escape(token: str) -> str:
-    """Escape one JSON Pointer reference token (RFC 6901)."""
-    if "~" in token or "/" in token:
-        return token.replace("~", "~0").replace("/", "~1")
-    return token
-
-
-def pointer(*parts: str | int) -> str:
-    """Build a JSON Pointer from tokens: ``pointer("steps", 2, "arguments")``."""
-    return "".join("/" + pointer_escape(str(p)) for p in parts)
-
-
-def split_pointer(ptr: str) -> list[str]:
-    """The reference tokens of a JSON Pointer, unescaped."""
-    if not ptr:
-        return []
-    return [t.replace("~1", "/").replace("~0", "~") for t in ptr.split("/")[1:]]
 
 
 def _scalar(node: yaml.ScalarNode, file: str | None, ptr: str) -> Any:
@@ -288,7 +281,7 @@ class Document:
 
     def _json_at(self, ptr: str, key: bool) -> tuple[int | None, int | None]:
         if self._json is None:
-            self._json = _index_json(self.text)
+            self._json = _index_json(self.text, MAX_DEPTH)
         tokens = split_pointer(ptr)
         while True:
             cur = "".join("/" + pointer_escape(t) for t in tokens)
@@ -323,16 +316,7 @@ class Document:
         if node is None:
             return None, None
         for token in split_pointer(ptr):
-            nxt = None
-            if isinstance(node, yaml.MappingNode):
-                for k, v in node.value:
-                    if isinstance(k, yaml.ScalarNode) and k.value == token:
-                        nxt = v
-                        break
-            elif isinstance(node, yaml.SequenceNode) and token.isdigit():
-                idx = int(token)
-                if idx < len(node.value):
-                    nxt = node.value[idx]
+            nxt = _child(node, token)
             if nxt is None:
                 break
             node = nxt
@@ -353,13 +337,7 @@ class Document:
         if node is None:
             return None, None
         for token in split_pointer(parent):
-            nxt = None
-            if isinstance(node, yaml.MappingNode):
-                nxt = next((v for k, v in node.value if getattr(k, "value", None) == token),
-                           None)
-            elif isinstance(node, yaml.SequenceNode) and token.isdigit():
-                idx = int(token)
-                nxt = node.value[idx] if idx < len(node.value) else None
+            nxt = _child(node, token)
             if nxt is None:
                 return self.locate(ptr)
             node = nxt
@@ -370,123 +348,15 @@ class Document:
         return self.locate(ptr)
 
 
-class _NotFinite(ValueError):
-    """A JSON number or constant that is not a finite number."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise _NotFinite(f"{name} is not a number JSON can hold")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value) or math.isnan(value):
-        raise _NotFinite(f"{text} is too large for a number")
-    return value
-
-
-def _json_pairs(dups: list[str]) -> Any:
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in out:
-                dups.append(k)
-            out[k] = v
-        return out
-
-    return hook
-
-
-_JSON_WS = re.compile(r"[ \t\n\r]*")
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
-
-
-@dataclass
-class _JsonIndex:
-    """Where every value of a JSON text starts (and, for object members, its key).
-
-    Built by a small structural scanner only when an issue needs a position, so JSON
-    documents get lines and columns without going through a YAML parser.
-    """
-
-    where: dict[str, tuple[int, int | None]] = field(default_factory=dict)
-    duplicates: list[tuple[str, int]] = field(default_factory=list)
-    not_finite: list[int] = field(default_factory=list)
-
-
-def _index_json(text: str) -> _JsonIndex:
-    from json import decoder
-
-    scanstring: Any = getattr(decoder, "scanstring")  # noqa: B009 - untyped in typeshed
-    index = _JsonIndex()
-
-    def ws(i: int) -> int:
-        m = _JSON_WS.match(text, i)
-        return m.end() if m else i
-
-    def value(i: int, ptr: str, key_at: int | None, depth: int) -> int:
-        if depth > MAX_DEPTH:
-            raise ValueError("too deep")
-        index.where.setdefault(ptr, (i, key_at))
-        c = text[i]
-        if c in "{[":
-            closing = "}" if c == "{" else "]"
-            i = ws(i + 1)
-            if text[i] == closing:
-                return i + 1
-            n = 0
-            seen: set[str] = set()
-            while True:
-                if c == "{":
-                    k_at = i
-                    key, i = scanstring(text, i + 1)
-                    sub = f"{ptr}/{pointer_escape(key)}"
-                    if key in seen:
-                        index.duplicates.append((sub, k_at))
-                    seen.add(key)
-                    i = ws(ws(i) + 1)  # past ':'
-                    i = value(i, sub, k_at, depth + 1)
-                else:
-                    i = value(i, f"{ptr}/{n}", None, depth + 1)
-                    n += 1
-                i = ws(i)
-                if text[i] == ",":
-                    i = ws(i + 1)
-                    continue
-                return i + 1
-        if c == '"':
-            return int(scanstring(text, i + 1)[1])
-        for word in ("true", "false", "null"):
-            if text.startswith(word, i):
-                return i + len(word)
-        for word in ("NaN", "Infinity", "-Infinity"):
-            if text.startswith(word, i):
-                index.not_finite.append(i)
-                return i + len(word)
-        m = _JSON_NUMBER.match(text, i)
-        if m is None or m.end() == i:
-            raise ValueError(f"unexpected JSON at {i}")
-        number = m.group(0)
-        if any(ch in number for ch in ".eE") and not math.isfinite(float(number)):
-            index.not_finite.append(i)
-        return m.end()
-
-    with contextlib.suppress(ValueError, IndexError, RecursionError):
-        value(ws(0), "", None, 0)  # on a problem, the index covers what could be scanned
-    return index
-
-
-def _line_col(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
-
-
-def _json_issue(code: str, message: str, text: str, file: str | None, offset: int | None,
-                path: str | None = None) -> Issue:
-    line = col = None
-    if offset is not None:
-        line, col = _line_col(text, offset)
-    return Issue(code=code, message=message, file=file, line=line, column=col, path=path)
+def _child(node: yaml.Node, token: str) -> yaml.Node | None:
+    """The value node under a mapping key / sequence index ``token``, or None."""
+    if isinstance(node, yaml.MappingNode):
+        return next((v for k, v in node.value
+                     if isinstance(k, yaml.ScalarNode) and k.value == token), None)
+    if isinstance(node, yaml.SequenceNode) and token.isdigit():
+        idx = int(token)
+        return node.value[idx] if idx < len(node.value) else None
+    return None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -543,45 +413,52 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         raise DocumentError([Issue(code="too_large", file=file, line=None, column=None,
                                    message=f"file is over {MAX_FILE_BYTES} bytes")])
-    if kind == "json":
-        dups: list[str] = []
-        try:
-            data = json.loads(text, object_pairs_hook=_json_pairs(dups),
-                              parse_constant=_reject_constant, parse_float=_finite_float)
-        except json.JSONDecodeError as exc:
-            raise DocumentError([Issue(code="syntax", message=f"not valid JSON: {exc.msg}",
-                                       file=file, line=exc.lineno, column=exc.colno)]) from None
-        except _NotFinite as exc:
-            where = _index_json(text).not_finite
-            raise DocumentError([_json_issue(
-                "syntax", f"not valid JSON: {exc}", text, file,
-                where[0] if where else None)]) from None
-        except RecursionError:
-            raise DocumentError([Issue(code="too_large", file=file,
-                                       message=f"nesting deeper than {MAX_DEPTH} levels")]
-                                ) from None
-        except ValueError as exc:  # e.g. an integer over Python's 4,300-digit limit
-            raise DocumentError([Issue(code="syntax", file=file,
-                                       message=f"not valid JSON: {exc}")]) from None
-        if _too_deep(data):
-            raise DocumentError([Issue(code="too_large", file=file,
-                                       message=f"nesting deeper than {MAX_DEPTH} levels")])
-        bad = not_text(data)
-        if bad is not None:
-            at = _index_json(text).where.get(bad)
-            raise DocumentError([_json_issue(
-                "syntax", "not valid JSON text: a \\uD800-\\uDFFF escape that is not half of "
-                "a surrogate pair is not a character; write the character itself or a "
-                "complete pair", text, file, at[0] if at else None, bad)])
-        if dups:
-            found = _index_json(text).duplicates
-            raise DocumentError([
-                _json_issue("duplicate_key", f"key {split_pointer(ptr)[-1]!r} appears twice "
-                            "in this mapping; keep only one", text, file, at, ptr)
-                for ptr, at in found] or [Issue(code="duplicate_key", file=file, message=(
-                    f"key {dups[0]!r} appears twice in a mapping"))])
-        return Document(data=data, file=file, text=text, kind="json")
+    return _parse_json(text, file) if kind == "json" else _parse_yaml(text, file)
 
+
+def _parse_json(text: str, file: str | None) -> Document:
+    """JSON text: duplicate keys, non-finite numbers, lone surrogates, depth are issues."""
+    dups: list[str] = []
+    try:
+        data = json.loads(text, object_pairs_hook=_json_pairs(dups),
+                          parse_constant=_reject_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise DocumentError([Issue(code="syntax", message=f"not valid JSON: {exc.msg}",
+                                   file=file, line=exc.lineno, column=exc.colno)]) from None
+    except _NotFinite as exc:
+        where = _index_json(text, MAX_DEPTH).not_finite
+        raise DocumentError([_json_issue(
+            "syntax", f"not valid JSON: {exc}", text, file,
+            where[0] if where else None)]) from None
+    except RecursionError:
+        raise DocumentError([Issue(code="too_large", file=file,
+                                   message=f"nesting deeper than {MAX_DEPTH} levels")]
+                            ) from None
+    except ValueError as exc:  # e.g. an integer over Python's 4,300-digit limit
+        raise DocumentError([Issue(code="syntax", file=file,
+                                   message=f"not valid JSON: {exc}")]) from None
+    if _too_deep(data):
+        raise DocumentError([Issue(code="too_large", file=file,
+                                   message=f"nesting deeper than {MAX_DEPTH} levels")])
+    bad = not_text(data)
+    if bad is not None:
+        at = _index_json(text, MAX_DEPTH).where.get(bad)
+        raise DocumentError([_json_issue(
+            "syntax", "not valid JSON text: a \\uD800-\\uDFFF escape that is not half of "
+            "a surrogate pair is not a character; write the character itself or a "
+            "complete pair", text, file, at[0] if at else None, bad)])
+    if dups:
+        found = _index_json(text, MAX_DEPTH).duplicates
+        raise DocumentError([
+            _json_issue("duplicate_key", f"key {split_pointer(ptr)[-1]!r} appears twice "
+                        "in this mapping; keep only one", text, file, at, ptr)
+            for ptr, at in found] or [Issue(code="duplicate_key", file=file, message=(
+                f"key {dups[0]!r} appears twice in a mapping"))])
+    return Document(data=data, file=file, text=text, kind="json")
+
+
+def _parse_yaml(text: str, file: str | None) -> Document:
+    """YAML text (1.2 core typing): alias expansion is bounded, duplicate keys are issues."""
     try:
         root = _compose(text, file)
     except yaml.YAMLError as exc:
@@ -646,4 +523,4 @@ def load_file(path: Path, *, display: str | None = None) -> Document:
 
 
 #: Suffixes tried for a plan name, in order (SPEC §3 "Plan lookup").
-PLAN_SUFFIXES = (".yaml", ".yml", ".json")
+

@@ -120,8 +120,9 @@ class Registry(BaseModel):
 
 def loc_pointer(prefix: str, loc: tuple[int | str, ...]) -> str:
     """JSON Pointer of a pydantic error location under ``prefix``."""
-    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in loc]
-    return prefix + "".join("/" + p for p in parts)
+    from .pointers import pointer_of
+
+    return prefix + pointer_of(loc)
 
 
 def _fields_at(model: Any, loc: tuple[Any, ...]) -> list[str]:

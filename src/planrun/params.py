@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from .pointers import pointer_escape
+
 _NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
 _SEG = r"[A-Za-z0-9_-]+"
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|<(params\.[^<>]*)>")
@@ -227,7 +229,7 @@ def walk_strings(value: Any, ptr: str = "") -> Iterator[tuple[str, str]]:
         yield ptr, value
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from walk_strings(v, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}")
+            yield from walk_strings(v, f"{ptr}/{pointer_escape(k)}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
             yield from walk_strings(v, f"{ptr}/{i}")
@@ -297,7 +299,7 @@ def substitute(value: Any, params: dict[str, Any], ptr: str = "",
             return out[0]
         return Template(tuple(out))
     if isinstance(value, dict):
-        return {k: substitute(v, params, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}",
+        return {k: substitute(v, params, f"{ptr}/{pointer_escape(k)}",
                               problems) for k, v in value.items()}
     if isinstance(value, list):
         return [substitute(v, params, f"{ptr}/{i}", problems) for i, v in enumerate(value)]

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import Refused, UsageError
-from .issues import Issue, Report
-from .loading import PLAN_SUFFIXES
+from .issues import Issue, Report, did_you_mean
+
+#: The file endings of a plan, in the order ``plans/NAME`` tries them.
+PLAN_SUFFIXES = (".yaml", ".yml", ".json")
 
 CONFIG_NAME = "planrun.toml"
 _KEYS = {"plans_dir", "registry", "journal", "max_parallel", "max_steps", "policy", "pools"}
@@ -148,8 +150,6 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
             raise _config_error(config_file, f"not valid TOML: {exc}") from None
         unknown = sorted(set(raw) - _KEYS)
         if unknown:
-            from .issues import did_you_mean
-
             hint = "".join(did_you_mean(u, _KEYS) for u in unknown)
             raise _config_error(config_file, f"unknown setting(s) {', '.join(unknown)}; "
                                 f"known: {', '.join(sorted(_KEYS))}.{hint}")
@@ -264,10 +264,7 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
             message=f"no plan named {shown!r}: there is no plans folder at {plans_dir}. "
             "Run planrun in a project folder, name one with -C DIR, or create one with "
             "planrun init"))
-    import difflib
-
-    close = difflib.get_close_matches(name, existing, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, existing)
     listing = ", ".join(existing) if existing else "none"
     raise PlanLookupError(Issue(
         code="not_found", file=shown,

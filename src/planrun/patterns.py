@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+from .pointers import pointer_escape
+
 #: RE2's largest repetition count; a larger ``{n}`` is refused, never read as text.
 MAX_REPEAT = 1000
 
@@ -153,10 +155,6 @@ _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
 def schema_patterns(schema: Any) -> Iterator[tuple[str, str]]:
     """(JSON Pointer inside ``schema``, pattern) of every regular expression it holds.
 
@@ -173,7 +171,7 @@ def schema_patterns(schema: Any) -> Iterator[tuple[str, str]]:
         pp = node.get("patternProperties")
         if isinstance(pp, dict):
             for key in pp:
-                yield f"{ptr}/patternProperties/{_escape(key)}", key
+                yield f"{ptr}/patternProperties/{pointer_escape(key)}", key
         for kw in _ONE:
             if kw in node:
                 stack.append((node[kw], f"{ptr}/{kw}"))
@@ -182,7 +180,7 @@ def schema_patterns(schema: Any) -> Iterator[tuple[str, str]]:
                 stack.extend((v, f"{ptr}/{kw}/{i}") for i, v in enumerate(node[kw]))
         for kw in _MAP:
             if isinstance(node.get(kw), dict):
-                stack.extend((v, f"{ptr}/{kw}/{_escape(k)}") for k, v in node[kw].items())
+                stack.extend((v, f"{ptr}/{kw}/{pointer_escape(k)}") for k, v in node[kw].items())
 
 
 def pattern_problems(schema: Any) -> list[tuple[str, str]]:

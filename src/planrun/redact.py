@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from .pointers import pointer_escape, pointer_of, split_pointer
+
 #: What a person sees where a secret's value was.
 MASK = "***"
 OPEN, CLOSE, ESC = "\ufdd0", "\ufdd1", "\ufdd2"
@@ -70,15 +72,8 @@ def reference(name: str, form: str = "", pointer: str = "") -> str:
 
 def reference_name(value: Any) -> str | None:
     """The parameter name when ``value`` is exactly one plain reference, else None."""
-    if not isinstance(value, str) or not value.startswith(OPEN):
-        return None
-    m = _PARSE.fullmatch(value)
-    if m is None or m.group(2) is None:
-        return None
-    body = _BODY.fullmatch(_unescape(m.group(2)))
-    if body is None or body.group(2) or body.group(3):
-        return None
-    return body.group(1)
+    whole = _whole(value)
+    return whole[0] if whole is not None and not whole[1] else None
 
 
 def _unescape(text: str) -> str:
@@ -187,7 +182,7 @@ def loaded_plan(document: Any) -> Any:
 def _leaves(value: Any, ptr: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from _leaves(v, f"{ptr}/{str(k).replace('~', '~0').replace('/', '~1')}")
+            yield from _leaves(v, f"{ptr}/{pointer_escape(str(k))}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
             yield from _leaves(v, f"{ptr}/{i}")
@@ -358,8 +353,7 @@ def _value(body: str, values: Mapping[str, Any]) -> tuple[str, Any]:
                             "value in this run; give it again with -p, --params-file or "
                             f"PLANRUN_PARAM_{name}")
     value = values[name]
-    for tok in ptr.split("/")[1:]:
-        tok = tok.replace("~1", "/").replace("~0", "~")
+    for tok in split_pointer(ptr):
         if isinstance(value, dict) and tok in value:
             value = value[tok]
         elif isinstance(value, list) and tok.isdigit() and int(tok) < len(value):
@@ -431,7 +425,7 @@ def follow(value: Any, path: tuple[str, ...], what: str, values: Mapping[str, An
         planrun.params.ResolveError: the path does not exist.
         SecretMissing: the secret has no value in this process.
     """
-    from .params import ResolveError
+    from .params import ResolveError, dig
 
     for i, tok in enumerate(path):
         if isinstance(value, dict) and tok in value:
@@ -446,21 +440,13 @@ def follow(value: Any, path: tuple[str, ...], what: str, values: Mapping[str, An
         if isinstance(value, list) and tok.isdigit() and int(tok) < len(value):
             value = value[int(tok)]
             continue
+        at = ".".join((what, *path[:i])) if i else what
         whole = _whole(value)
         if whole is not None:
             name, ptr = whole
             _form, real = _value(value[1:-1], values)
-            for j, sub in enumerate(path[i:], i):
-                if isinstance(real, dict) and sub in real:
-                    real = real[sub]
-                elif isinstance(real, list) and sub.isdigit() and int(sub) < len(real):
-                    real = real[int(sub)]
-                else:
-                    at = ".".join((what, *path[:j])) if j else what
-                    raise ResolveError(f"{at} has no {sub!r}")
-            rest = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in path[i:])
-            return reference(name, "", ptr + rest)
-        at = ".".join((what, *path[:i])) if i else what
+            dig(real, path[i:], at)  # the path must exist in the value given
+            return reference(name, "", ptr + pointer_of(path[i:]))
         raise ResolveError(f"{at} has no {tok!r}")
     return value
 

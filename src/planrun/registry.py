@@ -22,8 +22,9 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .issues import Issue
-from .loading import Document, DocumentError, load_file, pointer
+from .issues import Issue, closest
+from .loading import Document, DocumentError, load_file
+from .pointers import pointer, pointer_escape, pointer_of
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -103,7 +104,7 @@ def schema_problems(schema: Any) -> list[tuple[str, str]]:
     errors = list(_meta_validator().iter_errors(schema))
     if errors:
         err = best_match(errors)
-        ptr = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.path)
+        ptr = pointer_of(err.path)
         return [(ptr, f"not a valid JSON Schema: {err.message}")]
     problems = _unresolvable_refs(schema) + pattern_problems(schema)
     return problems or _ref_loops(schema)
@@ -132,7 +133,7 @@ def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
                                 "schema (only local references like #/$defs/NAME)"))
             for k, v in node.items():
                 if k not in ("const", "enum", "default", "examples"):
-                    stack.append((v, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}"))
+                    stack.append((v, f"{ptr}/{pointer_escape(k)}"))
         elif isinstance(node, list):
             stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
     return out
@@ -163,7 +164,7 @@ def _ref_loops(schema: Any) -> list[tuple[str, str]]:
         node, ptr = stack.pop()
         if isinstance(node, dict):
             where.setdefault(id(node), ptr)
-            stack.extend((v, f"{ptr}/{k.replace('~', '~0').replace('/', '~1')}")
+            stack.extend((v, f"{ptr}/{pointer_escape(k)}")
                          for k, v in node.items()
                          if k not in ("const", "enum", "default", "examples"))
         elif isinstance(node, list):
@@ -273,10 +274,7 @@ class ToolRegistry:
 
     def suggest(self, name: str) -> str | None:
         """The registered tool name closest to ``name``, if any is close."""
-        import difflib
-
-        close = difflib.get_close_matches(name, list(self.tools), n=1, cutoff=0.6)
-        return close[0] if close else None
+        return closest(name, self.tools)
 
 
 def _import(target: str) -> Any:

@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from . import redact
+from .argv import PLACEHOLDER
 from .params import render
+from .pointers import pointer_of
 from .registry import ToolSpec
 
 #: Bytes of a command's stderr kept as its error message (the tail).
@@ -88,9 +90,6 @@ class CallTimeout(ToolFailure):
     """The call ran past its timeout (it was killed, or abandoned for a python tool)."""
 
 
-_ARG = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_-]*)\}")
-
-
 def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
     """Each argv element with its ``{name}`` placeholders replaced by argument values.
 
@@ -105,7 +104,7 @@ def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
             return "}"
         return render(arguments[m.group(1)])
 
-    return [_ARG.sub(sub, element) for element in argv]
+    return [PLACEHOLDER.sub(sub, element) for element in argv]
 
 
 def _tail(data: bytes) -> str:
@@ -153,8 +152,7 @@ def validate_model(model: Any, arguments: dict[str, Any]
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False, include_input=False):
-            where = "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
-                            for p in err.get("loc", ()))
+            where = pointer_of(err.get("loc", ()))
             problems.append((where, str(err.get("msg", "invalid"))))
         return None, problems or [("", str(exc))]
     except Exception as exc:  # a validator in the model raised something else

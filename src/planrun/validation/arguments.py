@@ -1,0 +1,109 @@
+"""A step's arguments against its tool's contract (``accepts`` schema or model, argv)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import redact
+from ..issues import did_you_mean
+from ..params import UNKNOWN, IndexRef, Template
+from ..patterns import search
+from ..pointers import pointer_of
+from ..registry import ToolSpec
+from .report import secret_rule
+
+#: (JSON Pointer inside the arguments, message, the pointer names a key)
+ArgumentProblem = tuple[str, str, bool]
+
+
+def _probe(value: Any, path: tuple[Any, ...], opaque: set[tuple[Any, ...]],
+           text: set[tuple[Any, ...]]) -> Any:
+    """A stand-in instance for checking arguments whose values are not known yet."""
+    if value is UNKNOWN:
+        opaque.add(path)
+        return None
+    if isinstance(value, Template):
+        if value.exact is not None and not isinstance(value.exact, IndexRef):
+            opaque.add(path)
+            return None
+        if value.exact is not None:  # {index} is always an integer
+            return 0
+        text.add(path)
+        return ""
+    if isinstance(value, dict):
+        return {k: _probe(v, (*path, k), opaque, text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_probe(v, (*path, i), opaque, text) for i, v in enumerate(value)]
+    return value
+
+
+def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
+                      stored: Any = None) -> list[ArgumentProblem]:
+    """(JSON Pointer inside arguments, message, points-at-a-key) per contract violation.
+
+    Values not known before the run (an unknown parameter, a run-time placeholder) are
+    checked only as far as they are known: an embedded placeholder is text. For a command
+    tool, a known value that would become an option (starts with ``-``) is a violation too
+    (:func:`planrun.argv.option_value_problems`). With ``stored`` (the same arguments in
+    reference form), a violation by a value that holds a secret is worded without quoting
+    the value.
+    """
+    opaque: set[tuple[Any, ...]] = set()
+    text: set[tuple[Any, ...]] = set()
+    probe = _probe(arguments, (), opaque, text)
+    out: list[ArgumentProblem] = []
+    for err in tool.validator.iter_errors(probe):
+        loc = tuple(err.absolute_path)
+        if any(loc[:n] in opaque for n in range(len(loc) + 1)):
+            continue
+        if loc in text and err.validator != "type":
+            continue
+        if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
+                err.instance, dict):
+            out.extend(_undeclared(tool, err, loc))
+        else:
+            out.append(_violation(tool, err, loc, stored, loc in text))
+    if tool.entry.command is not None and not out:
+        from ..argv import option_value_problems
+
+        out.extend((ptr, msg, False) for ptr, msg in option_value_problems(tool.entry,
+                                                                          arguments))
+    if tool.model is not None and not out and not opaque and not text:
+        # An ``accepts`` model is checked the way the call checks it (SPEC §2): from JSON,
+        # in strict mode; its JSON Schema alone lets through what the model refuses.
+        from ..tools import validate_model
+
+        _model, problems = validate_model(tool.model, arguments)
+        for where, message in problems:
+            out.append((where, f"tool {tool.name!r} ({tool.entry.accepts}): {message}",
+                        False))
+    return out
+
+
+def _undeclared(tool: ToolSpec, err: Any, loc: tuple[Any, ...]) -> list[ArgumentProblem]:
+    """One problem per argument the contract does not declare."""
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    known = schema.get("properties") or {}
+    patterns = schema.get("patternProperties") or {}
+    extras = [k for k in err.instance if k not in known
+              and not any(search(p, k) for p in patterns)]
+    return [(pointer_of((*loc, k)), f"argument {k!r} is not declared by tool {tool.name!r}."
+             f"{did_you_mean(k, known) if known else ''} Declared: "
+             f"{', '.join(known) or 'none'}", True)
+            for k in extras or list(err.instance)]
+
+
+def _violation(tool: ToolSpec, err: Any, loc: tuple[Any, ...], stored: Any,
+               is_text: bool) -> ArgumentProblem:
+    """One schema violation, worded without the value when it holds a secret."""
+    where = pointer_of(loc)
+    if err.validator == "required":
+        return (where, f"tool {tool.name!r}: {err.message}", False)
+    name = ".".join(str(p) for p in loc) or "arguments"
+    if stored is not None and redact.hides(stored, loc):
+        return (where, f"argument {name!r}: its value (it holds a secret, not shown) fails "
+                f"{err.validator!r}: {secret_rule(err)}", False)
+    if is_text:
+        return (where, f"argument {name!r} holds a placeholder inside text, so it is "
+                f"a string; the tool declares {err.validator_value!r}", False)
+    return (where, f"argument {name!r}: {err.message}", False)

@@ -1,0 +1,190 @@
+""":func:`check_plan`: the phases of validation, run in order into one report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import redact
+from ..canonical import digest
+from ..issues import PlanReport, did_you_mean
+from ..loading import Document
+from ..params import UNKNOWN, Problem, StepRef, Template, has_templates, substitute
+from ..pointers import pointer
+from ..registry import ToolRegistry, ToolSpec
+from .arguments import argument_problems
+from .params import ParamValues, check_params
+from .plan import CheckedPlan, CheckedStep, ParamInput, PlanLimits
+from .references import Scope, check_step_references
+from .report import Collector, pydantic_issues
+from .steps import check_dependencies, check_steps
+
+
+def check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
+               given: ParamInput | None = None, *, concrete: bool | None = None,
+               name_hint: str | None = None, known_digest: str | None = None
+               ) -> tuple[PlanReport, CheckedPlan | None]:
+    """Check one plan document completely.
+
+    Args:
+        doc: the loaded plan file.
+        registry: the loaded tools registry.
+        settings: the project's limits: ``max_steps`` and ``pools`` (``planrun.paths.Settings``
+            has both).
+        given: parameter values given by the user.
+        concrete: check with concrete values (missing required parameters are errors);
+            default: when any value was given.
+        name_hint: the plan's name when the document has no ``name`` (the file stem).
+        known_digest: the digest of ``doc.data`` when already known (a journaled plan).
+
+    Returns:
+        The report, and the checked plan when the report has no error.
+    """
+    given = given or ParamInput()
+    concrete = given.given if concrete is None else concrete
+    out = Collector(doc)
+    report = PlanReport(file=doc.file, issues=out.issues)
+    data = doc.data
+    if not _format_ok(data, out):
+        return report, None
+    assert isinstance(data, dict)
+    head = _check_head(data, out)
+    raw_name = data.get("name")
+    name: str = raw_name if isinstance(raw_name, str) else name_hint or "plan"
+    report.plan = {"name": name, "revision": data.get("revision", 1), "goal": data.get("goal")}
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list):
+        return report, None
+    _check_size(raw_steps, settings, out)
+    params = check_params(data.get("params"), given, concrete, out)
+    steps, ids = check_steps(raw_steps, settings, out)
+    deps, cycle = check_dependencies(steps, ids, out)
+    scope = Scope(out=out, ids=ids, deps=deps, acyclic=cycle is None, registry=registry,
+                  steps=steps, declared=params.declared)
+    # the source text tells at once whether any string could hold a marker character
+    marks = not isinstance(doc.text, str) or redact.text_may_hold_marks(doc.text)
+    checked = [step for i, raw, model in steps
+               if (step := _check_step(scope, params, marks, i, raw, model)) is not None]
+    for pname in params.declared:
+        if pname not in scope.used:
+            out.add("param_unused", f"parameter {pname!r} is declared but no step uses it; "
+                    f"use {{params.{pname}}} or remove it", path=pointer("params", pname),
+                    key=True)
+    if not report.ok or head is None:
+        return report, None
+    document = redact.stored_plan(data)
+    plan = CheckedPlan(
+        file=doc.file or "", name=name, revision=head.revision, goal=head.goal,
+        document=document, digest=known_digest or digest(document), params=params.values,
+        secret_params=params.secrets,
+        steps=checked, deps={s.id: s.depends_on for s in checked},
+        max_parallel=head.max_parallel, timeout=head.timeout, policy=registry.policy)
+    report.plan["digest"] = plan.digest
+    return report, plan
+
+
+def _format_ok(data: Any, out: Collector) -> bool:
+    """A mapping with a supported ``planrun:`` version (else nothing more is checked)."""
+    from ..models import SUPPORTED_FORMATS
+
+    if not isinstance(data, dict):
+        out.add("schema", "a plan must be a mapping with planrun, goal and steps", path="")
+        return False
+    version = data.get("planrun")
+    if "planrun" not in data:
+        out.add("format_version", "the plan has no 'planrun:' field; add 'planrun: 1' as its "
+                "first line", path="")
+        return False
+    if isinstance(version, bool) or version not in SUPPORTED_FORMATS:
+        out.add("format_version",
+                f"planrun: {version!r} is not a supported plan format version "
+                f"(supported: {', '.join(map(str, SUPPORTED_FORMATS))})", path="/planrun")
+        return False
+    return True
+
+
+def _check_size(raw_steps: list[Any], settings: PlanLimits, out: Collector) -> None:
+    """No steps, or more than ``max_steps`` (a plan is refused, never trimmed)."""
+    if not raw_steps:
+        out.add("empty", "the plan has no steps", path="/steps")
+    if len(raw_steps) > settings.max_steps:
+        out.add("too_long", f"the plan has {len(raw_steps):,} steps, more than max_steps "
+                f"({settings.max_steps:,}); split it or raise max_steps in planrun.toml "
+                "(plans are never trimmed)", path="/steps")
+
+
+def _check_head(data: dict[str, Any], out: Collector) -> Any:
+    """The plan's top-level fields as a ``models.PlanHead``, or None (issues added)."""
+    from pydantic import ValidationError
+
+    from ..models import PlanHead
+
+    try:
+        return PlanHead.model_validate(data)
+    except ValidationError as exc:
+        pydantic_issues(out, exc, "", data, None)
+        return None
+
+
+def _check_step(scope: Scope, params: ParamValues, marks: bool, i: int,
+                raw: dict[str, Any], model: Any) -> CheckedStep | None:
+    """References, substitution, tool, arguments and policy of one well-shaped step."""
+    out, base, sid, fe = scope.out, pointer("steps", i), model.id, model.for_each
+    check_step_references(scope, base, raw, model)
+    problems: list[Problem] = []
+    arguments = substitute(model.arguments, params.values, f"{base}/arguments", problems)
+    for_each = substitute(fe, params.values, f"{base}/for_each", problems) \
+        if fe is not None else None
+    if params.plain and not (marks and (redact.has_marks(model.arguments)
+                                        or redact.has_marks(fe))):
+        stored, stored_fe = arguments, for_each
+    else:
+        stored = substitute(redact.escape_value(model.arguments), params.stored)
+        stored_fe = substitute(redact.escape_value(fe), params.stored) \
+            if fe is not None else None
+    for p in problems:
+        out.add(p.code, f"step {sid!r}: {p.message}", step=sid, path=p.path)
+    if for_each is not None and not (
+            isinstance(for_each, list) or for_each is UNKNOWN
+            or (isinstance(for_each, Template) and isinstance(for_each.exact, StepRef))):
+        out.add("schema", f"step {sid!r}: for_each must be a list or exactly one "
+                "placeholder such as {steps.ID.output.items}", step=sid,
+                path=f"{base}/for_each")
+    tool = _tool_of(scope, sid, base, model.tool)
+    if tool is None:
+        return None
+    if not problems:
+        for sub, msg, is_key in argument_problems(
+                tool, arguments, None if stored is arguments else stored):
+            out.add("arguments", f"step {sid!r}: {msg}", step=sid,
+                    path=f"{base}/arguments{sub}", key=is_key)
+    return CheckedStep(index=i, id=sid, tool=tool, arguments=stored, for_each=stored_fe,
+                       depends_on=scope.deps.get(sid, []), raw=raw,
+                       approval_reason=_clearance(scope, sid, base, tool),
+                       static=for_each is None and not has_templates(arguments))
+
+
+def _tool_of(scope: Scope, sid: str, base: str, name: str) -> ToolSpec | None:
+    """The step's tool; None (with an issue unless the registry reported it) when missing."""
+    registry = scope.registry
+    tool = registry.tools.get(name)
+    if tool is None and name not in registry:
+        scope.out.add("unknown_tool", f"step {sid!r}: no tool named {name!r} in "
+                      f"{registry.file.name}.{did_you_mean(name, registry.tools)}",
+                      step=sid, path=f"{base}/tool")
+    return tool
+
+
+def _clearance(scope: Scope, sid: str, base: str, tool: ToolSpec) -> str | None:
+    """Why the step needs a person (or None); policy refusals become issues."""
+    policy = scope.registry.policy
+    if policy is None:
+        return "irreversible" if tool.entry.irreversible else None
+    if policy.allowed_tools is not None and tool.name not in policy.allowed_tools:
+        scope.out.add("not_allowed", f"step {sid!r}: tool {tool.name!r} is not in the "
+                      "policy's allowed_tools", step=sid, path=f"{base}/tool")
+    cls = policy.class_of(tool.name)
+    if cls is not None and cls[1] == "refuse":
+        scope.out.add("refused", f"step {sid!r}: the policy refuses tool {tool.name!r} "
+                      f"outright (class {cls[0]!r})", step=sid, path=f"{base}/tool")
+    reason: str | None = policy.clearance(tool.name, tool.entry.irreversible)
+    return reason

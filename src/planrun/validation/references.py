@@ -1,0 +1,139 @@
+"""Placeholders and ``when`` conditions, checked against the plan's graph and parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import graph
+from ..issues import did_you_mean
+from ..params import IndexRef, ItemRef, ParamRef, StepRef, references
+from ..registry import ToolRegistry
+from .report import Collector
+from .steps import ShapedStep
+
+
+@dataclass
+class Scope:
+    """What a reference is checked against.
+
+    Attributes:
+        out: where issues go.
+        ids: step id → index.
+        deps: step id → ids it depends on.
+        acyclic: the graph has no cycle (ancestry is only checked then).
+        registry: the tools (for ``output_schema``).
+        steps: the well-shaped steps.
+        declared: the declared parameters.
+        used: parameter names some step reads (filled while checking).
+    """
+
+    out: Collector
+    ids: dict[str, int]
+    deps: dict[str, list[str]]
+    acyclic: bool
+    registry: ToolRegistry
+    steps: list[ShapedStep]
+    declared: dict[str, Any]
+    used: set[str] = field(default_factory=set)
+
+
+def check_step_references(scope: Scope, base: str, raw: dict[str, Any], model: Any) -> None:
+    """The placeholders of one step's arguments and ``for_each``, and its ``when``."""
+    sid = model.id
+    for ptr, ref in references(raw.get("arguments", {})):
+        _check_ref(scope, ref, sid, f"{base}/arguments{ptr}", model.for_each is not None)
+    fe = model.for_each
+    if isinstance(fe, str | list):
+        for ptr, ref in references(fe):
+            if isinstance(ref, ItemRef | IndexRef):
+                scope.out.add("reference", f"step {sid!r}: for_each cannot use "
+                              f"{ref.source()}", step=sid, path=f"{base}/for_each{ptr}")
+                continue
+            _check_ref(scope, ref, sid, f"{base}/for_each{ptr}", True)
+    if model.when is not None:
+        _check_when(scope, model.when, sid, base)
+
+
+def _check_ref(scope: Scope, ref: Any, sid: str, where: str, fanout: bool) -> None:
+    out = scope.out
+    if isinstance(ref, ParamRef):
+        scope.used.add(ref.name)
+        if ref.name not in scope.declared:
+            out.add("param_missing", f"step {sid!r}: {{params.{ref.name}}} names a parameter "
+                    f"the plan does not declare.{did_you_mean(ref.name, scope.declared)} "
+                    "Declare it under params:", step=sid, path=where)
+        return
+    if isinstance(ref, ItemRef | IndexRef):
+        if not fanout:
+            out.add("reference", f"step {sid!r}: {ref.source()} is only available in a step "
+                    "with for_each", step=sid, path=where)
+        return
+    if isinstance(ref, StepRef):
+        if ref.step not in scope.ids:
+            out.add("reference", f"step {sid!r}: {ref.source()} names no step of this plan."
+                    f"{did_you_mean(ref.step, scope.ids)}", step=sid, path=where)
+        elif ref.step == sid:
+            out.add("reference", f"step {sid!r}: {ref.source()} reads the step's own output",
+                    step=sid, path=where)
+        elif scope.acyclic and not graph.is_ancestor(ref.step, sid, scope.deps):
+            out.add("reference", f"step {sid!r}: {ref.source()} reads step {ref.step!r}, "
+                    f"which {sid!r} does not depend on; add {ref.step!r} to its depends_on",
+                    step=sid, path=where)
+        else:
+            _check_output_path(scope, ref, sid, where)
+
+
+def _check_output_path(scope: Scope, ref: StepRef, sid: str, where: str) -> None:
+    """With an ``output_schema``, refuse a path the output can never have."""
+    target = next((m for _i, _r, m in scope.steps if m.id == ref.step), None)
+    if target is None or target.for_each is not None:
+        return
+    tool = scope.registry.tools.get(target.tool)
+    schema = tool.entry.output_schema if tool else None
+    for tok in ref.path:
+        if not isinstance(schema, dict):
+            return
+        props = schema.get("properties")
+        if isinstance(props, dict) and tok in props:
+            schema = props[tok]
+            continue
+        if "items" in schema and tok.isdigit():
+            schema = schema["items"]
+            continue
+        if schema.get("additionalProperties") is False and isinstance(props, dict):
+            scope.out.add("reference", f"step {sid!r}: {ref.source()}: the output of tool "
+                          f"{target.tool!r} has no {tok!r} (its output_schema declares "
+                          f"{', '.join(props) or 'nothing'})", step=sid, path=where)
+        return
+
+
+def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
+    from ..conditions import ConditionError, compile_condition, unknown_names
+    from ..conditions import references as condition_references
+
+    out, where = scope.out, base + "/when"
+    try:
+        compile_condition(expr)
+        param_refs, step_refs = condition_references(expr)
+        names, calls = unknown_names(expr)
+    except ConditionError as exc:
+        out.add("condition", f"step {sid!r}: when does not compile: {exc}", step=sid,
+                path=where)
+        return
+    for name in names:  # SPEC §3: a condition reads params and steps, nothing else
+        out.add("condition", f"step {sid!r}: when reads {name!r}, but a condition can only "
+                "read params.NAME and steps.ID.output", step=sid, path=where)
+    for name in calls:
+        out.add("condition", f"step {sid!r}: when calls {name}(), which is not a CEL "
+                "function", step=sid, path=where)
+    scope.used.update(param_refs)
+    for ref in sorted(step_refs):
+        if ref not in scope.ids or ref == sid or (
+                scope.acyclic and not graph.is_ancestor(ref, sid, scope.deps)):
+            out.add("condition", f"step {sid!r}: when reads steps.{ref}, which is not a step "
+                    f"{sid!r} depends on", step=sid, path=where)
+    for pname in sorted(param_refs):
+        if pname not in scope.declared:
+            out.add("condition", f"step {sid!r}: when reads params.{pname}, which the plan "
+                    "does not declare", step=sid, path=where)

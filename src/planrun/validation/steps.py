@@ -1,0 +1,99 @@
+"""Steps: each step's shape, unique ids, pools, then ``depends_on`` and cycles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import graph
+from ..issues import did_you_mean
+from ..pointers import pointer
+from .plan import PlanLimits
+from .report import Collector, pydantic_issues
+
+#: (index in the plan, the step as written, its ``models.Step``) of each well-shaped step.
+ShapedStep = tuple[int, dict[str, Any], Any]
+
+_FANOUT_ONLY = ("max_parallel", "max_items", "on_item_error")
+
+
+def check_steps(raw_steps: list[Any], limits: PlanLimits,
+                out: Collector) -> tuple[list[ShapedStep], dict[str, int]]:
+    """Check each step's shape, id and pool.
+
+    Returns:
+        The well-shaped steps, and step id → index of its first use.
+    """
+    from pydantic import ValidationError
+
+    from ..models import Step
+
+    steps: list[ShapedStep] = []
+    ids: dict[str, int] = {}
+    for i, raw in enumerate(raw_steps):
+        base = pointer("steps", i)
+        if not isinstance(raw, dict):
+            out.add("schema", f"step {i} must be a mapping", path=base)
+            continue
+        sid = raw.get("id") if isinstance(raw.get("id"), str) else None
+        try:
+            model = Step.model_validate(raw)
+        except ValidationError as exc:
+            pydantic_issues(out, exc, base, raw, sid)
+            model = None
+        if sid is not None:
+            if sid in ids:
+                out.add("duplicate_id", f"step id {sid!r} is used by steps {ids[sid]} and "
+                        f"{i}; ids must be unique", step=sid, path=base + "/id")
+            else:
+                ids[sid] = i
+        if model is not None:
+            _check_fields(raw, model, sid, base, limits, out)
+            steps.append((i, raw, model))
+    return steps, ids
+
+
+def _check_fields(raw: dict[str, Any], model: Any, sid: str | None, base: str,
+                  limits: PlanLimits, out: Collector) -> None:
+    """Fan-out fields without ``for_each``, and a pool the project does not declare."""
+    if model.for_each is None:
+        for fld in _FANOUT_ONLY:
+            if fld in raw:
+                out.add("schema", f"step {sid!r}: {fld!r} applies only to a step with "
+                        "for_each", step=sid, path=f"{base}/{fld}", key=True)
+    if model.pool is not None and model.pool not in limits.pools:
+        out.add("schema", f"step {sid!r}: pool {model.pool!r} is not declared in "
+                f"[pools] of planrun.toml.{did_you_mean(model.pool, limits.pools)}",
+                step=sid, path=base + "/pool")
+
+
+def check_dependencies(steps: list[ShapedStep], ids: dict[str, int],
+                       out: Collector) -> tuple[dict[str, list[str]], list[str] | None]:
+    """Check each ``depends_on`` entry, then look for a cycle.
+
+    Returns:
+        Step id → the ids it depends on (unknown ones and repeats dropped), and a cycle
+        (as :func:`planrun.graph.find_cycle` gives it) or None.
+    """
+    deps: dict[str, list[str]] = {}
+    for i, _raw, model in steps:
+        mine: list[str] = []
+        for j, dep in enumerate(model.depends_on):
+            where = f"{pointer('steps', i)}/depends_on/{j}"
+            if dep == model.id:
+                out.add("dependency", f"step {model.id!r} depends on itself", step=model.id,
+                        path=where)
+            elif dep not in ids:
+                out.add("dependency", f"step {model.id!r} depends on {dep!r}, which is not a "
+                        f"step of this plan.{did_you_mean(dep, ids)}", step=model.id,
+                        path=where)
+            elif dep not in mine:
+                mine.append(dep)
+        deps.setdefault(model.id, mine)
+    cycle = graph.find_cycle(deps)
+    if cycle is not None:
+        loop = list(reversed(cycle))
+        first = loop[0]
+        out.add("cycle", f"steps wait on each other: {' -> '.join(loop)} (each waits on the "
+                "next); break the loop", step=first,
+                path=f"{pointer('steps', ids[first])}/depends_on")
+    return deps, cycle
