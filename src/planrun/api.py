@@ -13,8 +13,7 @@ Rendering is the CLI's job (:mod:`planrun.cli`, :mod:`planrun.ui`).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,18 +31,30 @@ from .checking import (
     param_input,
     project_key,
 )
-from .errors import InternalError, Refused, RunError, UsageError
+from .errors import InternalError, Refused
 from .issues import Issue, Report
 from .outcome import RunOutcome
 from .paths import Settings, load_settings, shown_path
+from .reading import (
+    follow,
+    forget,
+    log,
+    output,
+    parse_age,
+    plan_outline,
+    prune,
+    runs,
+    status,
+)
 from .validation import CheckedPlan, ParamInput
 
 __all__ = [
-    "DryRun", "Loaded", "Report", "RunOutcome", "check", "check_approve", "execute", "explain",
-    "file_sha256", "follow", "forget", "grant_warnings", "journaled_path", "load_params_file",
-    "load_registry", "load_settings", "log", "no_gc", "output", "param_input", "parse_age",
-    "plan_for_viewing", "plans", "policy_check", "project_key", "prune", "resolve",
-    "resume", "retry", "runs", "status", "unlock", "validate",
+    "DryRun", "Loaded", "Report", "RunOutcome", "check", "check_approve", "describe_plan",
+    "describe_tools", "execute", "explain", "file_sha256", "follow", "forget", "grant_warnings",
+    "init_project", "journaled_path", "json_schema", "load_params_file", "load_registry",
+    "load_settings", "log", "no_gc", "output", "param_input", "parse_age", "plan_for_viewing",
+    "plan_names", "plan_outline", "plans", "policy_check", "project_key", "prune",
+    "render_graph", "resolve", "resume", "retry", "runs", "status", "unlock", "validate",
 ]
 
 
@@ -251,164 +262,6 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
                                   data={"message": issue.message})
 
 
-# --- reading ---------------------------------------------------------------------------
-
-
-def _reader(settings: Settings, write: bool = False) -> Any:
-    from .journal import Journal
-
-    journal = Journal(settings.journal, write=write)
-    journal.project = project_key(settings)  # what `last` means here
-    return journal
-
-
-def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
-    """The manifest of a run (id, unique prefix, or ``last``: this project's latest run).
-
-    Raises:
-        RunError: ``unknown_run`` (exit 5).
-    """
-    from . import manifest
-
-    with _reader(settings) as journal:
-        return manifest.build(journal, journal.resolve_run_id(run_ref))
-
-
-def runs(settings: Settings, *, plan: str | None = None, status: str | None = None,
-         limit: int | None = None, all_projects: bool = False) -> list[dict[str, Any]]:
-    """Run summaries, newest first: this project's (``all_projects``: every project's).
-
-    Each has ``project``: the folder the run was started in (None for runs journaled
-    before planrun recorded it; those are listed with every project).
-    """
-    with _reader(settings) as journal:
-        return list(journal.list_runs(plan=plan, status=status, limit=limit,
-                                      project=None if all_projects else journal.project))
-
-
-def log(settings: Settings, run_ref: str = "last") -> tuple[str, list[dict[str, Any]]]:
-    """(run id, the run's events in order)."""
-    with _reader(settings) as journal:
-        run_id = journal.resolve_run_id(run_ref)
-        return run_id, list(journal.events(run_id))
-
-
-def output(settings: Settings, run_ref: str, step: str, item: int | None = None) -> Any:
-    """The output of one step (or fan-out item) of a run.
-
-    Raises:
-        RunError: ``unknown_run``; ``no_output`` when the step did not succeed (exit 5).
-        UsageError: ``unknown_step``, the run has no such step or item (exit 2).
-    """
-    with _reader(settings) as journal:
-        run_id = journal.resolve_run_id(run_ref)
-        found = journal.step_output(run_id, step, item)
-        if found is None:
-            steps = [r.step_id for r in journal.steps(run_id)]
-            raise UsageError(f"run {run_id} has no step {step!r}"
-                             + (f" item {item}" if item is not None else "")
-                             + f" (steps: {', '.join(steps)})", code="unknown_step")
-        state, value = found
-        if state != "succeeded":
-            raise RunError(f"step {step!r} of run {run_id} is {state}; it has no output",
-                           code="no_output")
-        return value
-
-
-def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
-           after: int = 0) -> Iterator[dict[str, Any]]:
-    """The run's events in order, then new ones as they are written, until the run ends.
-
-    Ends when the run's status is no longer ``running`` (its last events read), or when
-    nobody drives it any more (no lease, the lease expired, or its holder on this host
-    died). ``poll_s``: the
-    seconds between two reads of the journal.
-
-    Raises:
-        RunError: ``unknown_run`` (exit 5).
-    """
-    from .journal import Journal
-
-    last = after
-    while True:
-        with _reader(settings) as journal:
-            run_id = journal.resolve_run_id(run_ref)
-            run_ref = run_id
-            events = [e for e in journal.events(run_id) if e["id"] > last]
-            row = journal.run(run_id)
-        yield from events
-        if events:
-            last = events[-1]["id"]
-        driven = row.lease is not None and row.lease.driven()
-        if row.status != "running" or not driven:
-            with Journal(settings.journal, write=False) as journal:
-                tail = [e for e in journal.events(run_id) if e["id"] > last]
-            yield from tail
-            return
-        time.sleep(poll_s)
-
-
-def parse_age(text: str) -> float:
-    """Seconds of an age such as ``30d``, ``12h``, ``90m``, ``2w``, ``45s``.
-
-    Raises:
-        UsageError: not a positive whole number followed by s, m, h, d or w (exit 2).
-    """
-    import re
-
-    m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
-    if not m or int(m.group(1)) == 0:
-        raise UsageError(f"--older-than {text!r}: give a number and a unit, e.g. 30d, 12h, "
-                         "90m, 2w (s, m, h, d, w)")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[
-        m.group(2)]
-
-
-def prune(settings: Settings, *, older_than: str, status: str | None = None,
-          plan: str | None = None, all_projects: bool = False,
-          dry_run: bool = False) -> dict[str, Any]:
-    """Delete runs started more than ``older_than`` ago, then reclaim the space.
-
-    Only this project's runs unless ``all_projects``; ``status`` and ``plan`` narrow it.
-    Each run goes with its steps, items, approvals, events and idempotency keys (a later
-    run can no longer replay those calls).
-
-    Returns:
-        ``{"deleted": [run ids], "events": n, "keys": n}`` (``dry_run``: what would go).
-
-    Raises:
-        UsageError: a malformed ``older_than`` (exit 2).
-        RunError: ``run_busy`` when a selected run is driven by a live process (exit 5).
-    """
-    from datetime import UTC, datetime, timedelta
-
-    age = parse_age(older_than)
-    before = (datetime.now(UTC) - timedelta(seconds=age)).isoformat(timespec="milliseconds")
-    with _reader(settings, write=not dry_run) as journal:
-        if journal.conn is None:
-            return {"deleted": [], "events": 0, "keys": 0}
-        ids = journal.select_runs(before=before, status=status, plan=plan,
-                                  project=None if all_projects else journal.project)
-        if dry_run:
-            return {"deleted": ids, "events": 0, "keys": 0}
-        counts = journal.delete_runs(ids)
-    return {"deleted": ids, "events": counts["events"], "keys": counts["keys"]}
-
-
-def forget(settings: Settings, run_ref: str) -> dict[str, Any]:
-    """Delete one run and everything of its (idempotency keys too), then reclaim space.
-
-    Returns ``{"deleted": [run id], "events": n, "keys": n}``.
-
-    Raises:
-        RunError: ``unknown_run``; ``run_busy`` when a live process drives it (exit 5).
-    """
-    with _reader(settings, write=True) as journal:
-        run_id = journal.resolve_run_id(run_ref)
-        counts = journal.delete_runs([run_id])
-    return {"deleted": [run_id], "events": counts["events"], "keys": counts["keys"]}
-
-
 def plans(settings: Settings) -> list[dict[str, Any]]:
     """The plans of the plans folder: name, revision, goal, steps, what needs approval.
 
@@ -487,9 +340,9 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
         UsageError: ``--approve``/``--from`` name no step (``unknown_step``, exit 2).
         ApprovalError: a step to run again was not cleared (exit 4).
     """
-    from . import lifecycle
+    from .retry import retry as start_child
 
-    return _settled(lambda: lifecycle.retry(
+    return _settled(lambda: start_child(
         settings, run_ref, given, approve=list(approve), approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
         progress=progress, from_step=from_step))
@@ -527,9 +380,9 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
             ``item`` (exit 2).
         RunError: ``unknown_run``, ``run_busy``, or the step is not indeterminate (exit 5).
     """
-    from . import lifecycle
+    from . import settle
 
-    return lifecycle.resolve(settings, run_ref, step, succeeded=succeeded, output=output,
+    return settle.resolve(settings, run_ref, step, succeeded=succeeded, output=output,
                              reason=reason, item=item)
 
 
@@ -543,9 +396,9 @@ def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
         RunError: ``unknown_run``; ``run_busy`` when the holder or a call of the run is
             a live process on this host (exit 5).
     """
-    from . import lifecycle
+    from . import settle
 
-    return lifecycle.unlock(settings, run_ref)
+    return settle.unlock(settings, run_ref)
 
 
 # --- what the CLI shows of plans, tools and file formats --------------------------------
@@ -591,46 +444,6 @@ def init_project(folder: str) -> list[str]:
 
     return [str(p) for p in init(Path(folder))]
 
-
-
-def plan_outline(settings: Settings, *, plan: str | None = None, run: str = "last"
-                 ) -> tuple[list[str], list[str], list[str]]:
-    """(step ids, steps whose tool is irreversible, parameter names) for shell completion.
-
-    Of the plan file ``plan`` (as ``execute PLAN`` finds it), else of the journaled plan
-    of ``run`` (id, prefix or ``last``). Read-only; no validation (completion works on a
-    plan being written). A registry that cannot be loaded leaves the second list empty.
-
-    Raises:
-        PlanrunError: the plan or run cannot be found or read (completion shows nothing).
-    """
-    data: Any = None
-    if plan is not None:
-        from .loading import load_file
-        from .paths import find_plan
-
-        data = load_file(find_plan(plan, settings.plans_dir)).data
-    else:
-        with _reader(settings) as journal:
-            data = journal.run(journal.resolve_run_id(run)).plan
-    if not isinstance(data, dict):
-        return [], [], []
-    steps = [s for s in data.get("steps") or [] if isinstance(s, dict)]
-    ids = [str(s.get("id")) for s in steps if s.get("id") is not None]
-    needs: list[str] = []
-    try:
-        from .registry import load_registry as load_tools
-
-        registry, _ = load_tools(settings.registry, settings.pools)
-        for s in steps:
-            tool = registry.tools.get(str(s.get("tool")))
-            if tool is not None and tool.entry.irreversible:
-                needs.append(str(s.get("id")))
-    except Exception:  # the registry is optional for completion
-        pass
-    declared = data.get("params")
-    names = list(declared) if isinstance(declared, dict) else []
-    return ids, needs, names
 
 
 def plan_names(settings: Settings) -> list[str]:

@@ -1,10 +1,12 @@
-"""After a run dies: resume, explain, resolve, retry, unlock (SPEC §7).
+"""After a run dies: resume and ``resume --explain`` (SPEC §7).
 
 ``resume`` reloads the plan **from the journal** (never the edited file), revalidates it
 against the current registry, takes the run's lease, replays succeeded steps and runs the
 rest. A step left ``running`` by a crash has an unknown effect: it runs again under the
 same idempotency key only if its tool is ``idempotent``; otherwise resume stops with
-``indeterminate`` (exit 5) until a person settles it with ``planrun resolve``.
+``indeterminate`` (exit 5) until a person settles it with ``planrun resolve``
+(:mod:`planrun.settle`). ``retry`` is :mod:`planrun.retry`; both rebuild the journaled
+plan with :func:`journaled_plan`, as ``explain`` does.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from . import clearance, redact, runner
-from .approval import request_for, user_name
+from .approval import request_for
 from .checking import check_approve, file_sha256, load_registry, no_gc
 from .errors import Refused, RunError, UsageError
 from .executor import StepState
 from .issues import PlanReport, Report
 from .journal import ItemRecord, Journal, RunRecord, StepRecord
-from .journal.store import lease_owner, new_run_id
+from .journal.store import lease_owner
 from .manifest import RESUMABLE
 from .outcome import RunOutcome
 from .paths import Settings
@@ -384,266 +386,3 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
                 "revalidation": {"ok": problems is None, "issues": problems or []},
                 "would_stop": bool(found.blocked) or problems is not None or busy,
                 "steps": found.explain, "notes": [note] if note else []}
-
-
-def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
-            output: str | None, reason: str | None, item: int | None = None
-            ) -> dict[str, Any]:
-    """Settle an indeterminate step by a person's word (``indeterminate_resolved``).
-
-    Raises:
-        UsageError: ``--output`` is not JSON (exit 2).
-        RunError: ``unknown_run``, ``run_busy``, or the step is not indeterminate (exit 5).
-    """
-    value = None
-    if output is not None:
-        if not succeeded:
-            raise UsageError("--output goes with --succeeded")
-        from .loading import DocumentError, parse_text
-
-        try:  # the rules of a JSON file: finite numbers, bounded depth, text, no dup keys
-            value = redact.escape_value(parse_text(output, kind="json").data)
-        except DocumentError as exc:
-            raise UsageError(f"--output is not valid JSON: {exc.issues[0].message}") from None
-    owner = lease_owner()
-    with Journal(settings.journal, write=True) as journal:
-        run_id = journal.resolve_run_id(run_ref)
-        journal.take_lease(run_id, owner)
-        try:
-            if item is None and journal.items(run_id, step):
-                raise UsageError(f"step {step!r} fans out: resolve its indeterminate items "
-                                 "one by one with --item N")
-            if succeeded:
-                _check_resolved_output(settings, journal.run(run_id), step, item,
-                                       value, output is not None)
-            journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
-                                 reason=reason, decided_by=user_name(), item=item)
-        finally:
-            journal.release_lease(run_id, owner)
-        from . import manifest
-
-        return manifest.build(journal, run_id)
-
-
-def _readers(document: Any, step: str) -> list[str]:
-    """Ids of the plan's steps that read ``step``'s output.
-
-    In their arguments, ``for_each`` or ``when``.
-    """
-    import re
-
-    from .params import StepRef, references
-
-    out = []
-    for s in (document.get("steps") or []) if isinstance(document, dict) else []:
-        if not isinstance(s, dict):
-            continue
-        used = {"arguments": s.get("arguments"), "for_each": s.get("for_each")}
-        reads = any(isinstance(ref, StepRef) and ref.step == step
-                    for _ptr, ref in references(used))
-        when = s.get("when")
-        if not reads and isinstance(when, str):
-            reads = re.search(rf"\bsteps\.{re.escape(step)}\b", when) is not None
-        if reads:
-            out.append(str(s.get("id")))
-    return out
-
-
-def _check_resolved_output(settings: Settings, row: RunRecord, step: str,
-                           item: int | None, value: Any, given: bool) -> None:
-    """Refuse a ``resolve --succeeded`` whose output later steps could not use.
-
-    Without ``--output`` the output is null: refused when a later step reads it (it would
-    fail on the null, and a succeeded step cannot be resolved again). A given output must
-    fit the tool's ``output_schema`` (per item for a fan-out) in the current registry.
-
-    Raises:
-        UsageError: ``usage`` (exit 2), naming the readers or the schema problem.
-    """
-    what = f"step {step!r}" + (f" item {item}" if item is not None else "")
-    readers = _readers(row.plan, step)
-    if not given and readers:
-        raise UsageError(f"{what}: later steps read its output ({', '.join(readers)}), so "
-                         "resolving it as succeeded needs the output it produced",
-                         hint="Give it with --output JSON (as `planrun output` would print "
-                         "it), or resolve it --failed.")
-    if not given:
-        return
-    try:
-        registry = load_registry(settings)
-    except Exception:  # no registry to check against: the journal keeps what was given
-        return
-    tool = None
-    for s in row.plan.get("steps") or []:
-        if isinstance(s, dict) and s.get("id") == step:
-            tool = s.get("tool")
-    spec = registry.tools.get(tool) if isinstance(tool, str) else None
-    schema = getattr(getattr(spec, "entry", None), "output_schema", None)
-    if not schema:
-        return
-    from .registry import strict_validator
-
-    errors = [e.message for e in strict_validator(schema).iter_errors(value)]
-    if errors:
-        raise UsageError(f"--output does not fit the output_schema of tool {tool!r} "
-                         f"({what}): {errors[0]}",
-                         hint="Give the output the tool would have returned.")
-
-
-def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
-          approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
-          max_parallel: int | None = None, keep_going: bool = False,
-          progress: Any = None, from_step: str | None = None) -> RunOutcome:
-    """Start a child run of a failed run that inherits its succeeded steps (SPEC §7).
-
-    ``from_step`` (``retry RUN --from STEP``): the run may also be ``completed``; STEP and
-    every step after it (its descendants) run again even if they succeeded, under fresh
-    idempotency keys (the lineage's keys of those steps are released first).
-
-    Raises:
-        RunError: ``unknown_run``, ``run_not_resumable`` (the run is not failed),
-            ``run_busy`` (exit 5).
-        Refused: the journaled plan no longer passes validation (exit 3).
-        ApprovalError: a step to run again was not cleared (exit 4).
-    """
-    owner = lease_owner()
-    with Journal(settings.journal, write=True) as journal:
-        parent_id = journal.resolve_run_id(run_ref)
-        row = journal.run(parent_id)
-        allowed = ("failed", "completed") if from_step else ("failed",)
-        if row.status not in allowed:
-            hint = (f"Use planrun resume {parent_id}." if row.status in RESUMABLE
-                    else f"Re-run steps with planrun retry {parent_id} --from STEP, or "
-                    "start a new run with planrun execute." if row.status == "completed"
-                    else "Start a new run with planrun execute.")
-            raise RunError(f"run {parent_id} is {row.status}; only a failed run is "
-                           "retried" + (" (or a completed one, with --from)"
-                                        if not from_step else ""),
-                           code="run_not_resumable", hint=hint)
-        # The parent's lease is held for the whole child run: two retries of one run at
-        # once would both re-run its failed steps.
-        journal.take_lease(parent_id, owner, statuses=allowed)
-        try:
-            return _retry_child(journal, settings, row, given, owner, approve or [],
-                                approve_all, approver, max_parallel, keep_going, progress,
-                                from_step)
-        finally:
-            journal.release_lease(parent_id, owner)
-
-
-def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
-                 given: ParamInput | None, owner: str, approve: list[str],
-                 approve_all: bool, approver: Any, max_parallel: int | None,
-                 keep_going: bool, progress: Any, from_step: str | None = None
-                 ) -> RunOutcome:
-    """Create and drive the child run of the failed run ``row`` (its lease is held)."""
-    parent_id = row.run_id
-    plan = _replan(journal, settings, row, given)
-    check_approve(approve, plan)
-    parent_rows = journal.steps(parent_id)
-    unknown: list[tuple[str, int | None]] = [
-        (r.step_id, None) for r in parent_rows if r.status in (
-        "indeterminate", "running") and r.step_id in plan.by_id
-        and not plan.by_id[r.step_id].tool.entry.idempotent]
-    if unknown:
-        # A child run would call them again without anyone knowing whether the first call
-        # had its effect: a person settles them first.
-        raise _indeterminate_error(parent_id, unknown, then="retry")
-    again: set[str] = set()
-    if from_step is not None:
-        again = _from_and_after(plan, from_step)
-        journal.release_keys(row.root_run_id, sorted(again))
-    inherited = [r.step_id for r in parent_rows if r.status == "succeeded"
-                 and r.step_id in plan.by_id and r.step_id not in again]
-    child = new_run_id()
-    options = row.options
-    parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
-    journal.create_run(run=runner.new_run(
-        plan, run_id=child, root_run_id=row.root_run_id, parent_run_id=parent_id,
-        owner=owner, document=row.plan, plan_file=row.plan_file, project=row.project,
-        options={"max_parallel": parallel, "keep_going": keep_going,
-                 "file_sha256": options.get("file_sha256")},
-    ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
-        event_data={"plan": plan.name, "retry_of": parent_id})
-    journal.owner = owner
-    with runner.internal_guard(journal, child):  # a bug ends the child run failed
-        return _drive_child(journal, settings, row, plan, child, owner, inherited,
-                            parent_rows, approve, approve_all, approver, int(parallel),
-                            keep_going, progress)
-
-
-def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
-                 plan: CheckedPlan, child: str, owner: str, inherited: list[str],
-                 parent_rows: list[StepRecord], approve: list[str], approve_all: bool,
-                 approver: Any, parallel: int, keep_going: bool, progress: Any
-                 ) -> RunOutcome:
-    """Clear and run the new child run ``child`` of the failed run ``row``."""
-    parent_id = row.run_id
-    journal.copy_succeeded(parent_id, child, inherited)
-    state = {sid: StepState("succeeded", r.output)
-             for r in parent_rows if (sid := r.step_id) in inherited}
-    to_run = set(plan.by_id) - set(inherited)
-    requests = [request_for(s) for s in plan.steps
-                if s.approval_reason and s.id in to_run]
-    if requests:
-        clearance.clear_approvals(journal, child, requests, set(approve), approve_all,
-                               approver, on_deny="denied", plan=plan, policy=plan.policy)
-    note = changed_plan_note(settings, row)
-    outcome = runner.drive(journal, settings, plan, run_id=child,
-                           root_run_id=row.root_run_id, owner=owner,
-                           max_parallel=int(parallel), keep_going=keep_going, state=state,
-                           progress=progress, also_leased=[parent_id])
-    outcome.notes.extend([note] if note else [])
-    return outcome
-
-
-def _from_and_after(plan: CheckedPlan, step: str) -> set[str]:
-    """``step`` and every step that depends on it, directly or not.
-
-    Raises:
-        UsageError: ``unknown_step`` when the plan has no such step (exit 2).
-    """
-    if step not in plan.by_id:
-        from .issues import did_you_mean
-
-        raise UsageError(f"--from {step!r}: the plan has no such step."
-                         + did_you_mean(step, plan.by_id), code="unknown_step",
-                         hint=f"Steps: {', '.join(plan.by_id)}.")
-    out = {step}
-    changed = True
-    while changed:
-        changed = False
-        for s in plan.steps:
-            if s.id not in out and any(d in out for d in s.depends_on):
-                out.add(s.id)
-                changed = True
-    return out
-
-
-def unlock(settings: Settings, run_ref: str) -> dict[str, Any]:
-    """Release a run's lease whose holder cannot be proven dead automatically.
-
-    Returns ``{"run_id", "released", "owner"}``.
-
-    Raises:
-        RunError: ``run_busy`` when the holder is a live process on this host (exit 5).
-    """
-    with Journal(settings.journal, write=True) as journal:
-        run_id = journal.resolve_run_id(run_ref)
-        row = journal.run(run_id)
-        holder = row.lease.owner if row.lease else None
-        if row.lease and row.lease.holder_alive() is True and not row.lease.expired:
-            raise RunError(f"run {run_id}'s lease is held by a live process on this host "
-                           f"({holder})", code="run_busy",
-                           hint="Stop that process (Ctrl-C or SIGTERM) instead.")
-        live = [c for c in journal.calls(run_id) if c["alive"]]
-        if live:
-            pgid = live[0]["pgid"]
-            raise RunError(f"run {run_id}: the call of step {live[0]['step']!r} still runs on "
-                           f"this host (process group {pgid})", code="run_busy",
-                           hint=f"Wait for it to end, or end it (kill -TERM -{pgid}).")
-        # what was recorded on another host cannot be checked from here: the person
-        # unlocking says it is over (SPEC §7 "planrun unlock")
-        journal.forget_calls(run_id)
-        journal.release_lease(run_id)
-        return {"run_id": run_id, "released": holder is not None, "owner": holder}

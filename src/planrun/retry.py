@@ -1,0 +1,153 @@
+"""``planrun retry``: a child run of a failed (or, with ``--from``, completed) run (SPEC §7).
+
+The child inherits the parent's succeeded steps (their outputs are replayed) and runs
+the rest; ``--from STEP`` runs that step and every step after it again under fresh
+idempotency keys. The parent's lease is held for the whole child run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import clearance, runner
+from .approval import request_for
+from .checking import check_approve
+from .errors import RunError, UsageError
+from .executor import StepState
+from .journal import Journal, RunRecord, StepRecord
+from .journal.store import lease_owner, new_run_id
+from .lifecycle import _indeterminate_error, _replan, changed_plan_note
+from .manifest import RESUMABLE
+from .outcome import RunOutcome
+from .paths import Settings
+from .validation import CheckedPlan, ParamInput
+
+
+def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
+          approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
+          max_parallel: int | None = None, keep_going: bool = False,
+          progress: Any = None, from_step: str | None = None) -> RunOutcome:
+    """Start a child run of a failed run that inherits its succeeded steps (SPEC §7).
+
+    ``from_step`` (``retry RUN --from STEP``): the run may also be ``completed``; STEP and
+    every step after it (its descendants) run again even if they succeeded, under fresh
+    idempotency keys (the lineage's keys of those steps are released first).
+
+    Raises:
+        RunError: ``unknown_run``, ``run_not_resumable`` (the run is not failed),
+            ``run_busy`` (exit 5).
+        Refused: the journaled plan no longer passes validation (exit 3).
+        ApprovalError: a step to run again was not cleared (exit 4).
+    """
+    owner = lease_owner()
+    with Journal(settings.journal, write=True) as journal:
+        parent_id = journal.resolve_run_id(run_ref)
+        row = journal.run(parent_id)
+        allowed = ("failed", "completed") if from_step else ("failed",)
+        if row.status not in allowed:
+            hint = (f"Use planrun resume {parent_id}." if row.status in RESUMABLE
+                    else f"Re-run steps with planrun retry {parent_id} --from STEP, or "
+                    "start a new run with planrun execute." if row.status == "completed"
+                    else "Start a new run with planrun execute.")
+            raise RunError(f"run {parent_id} is {row.status}; only a failed run is "
+                           "retried" + (" (or a completed one, with --from)"
+                                        if not from_step else ""),
+                           code="run_not_resumable", hint=hint)
+        # The parent's lease is held for the whole child run: two retries of one run at
+        # once would both re-run its failed steps.
+        journal.take_lease(parent_id, owner, statuses=allowed)
+        try:
+            return _retry_child(journal, settings, row, given, owner, approve or [],
+                                approve_all, approver, max_parallel, keep_going, progress,
+                                from_step)
+        finally:
+            journal.release_lease(parent_id, owner)
+
+
+def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
+                 given: ParamInput | None, owner: str, approve: list[str],
+                 approve_all: bool, approver: Any, max_parallel: int | None,
+                 keep_going: bool, progress: Any, from_step: str | None = None
+                 ) -> RunOutcome:
+    """Create and drive the child run of the failed run ``row`` (its lease is held)."""
+    parent_id = row.run_id
+    plan = _replan(journal, settings, row, given)
+    check_approve(approve, plan)
+    parent_rows = journal.steps(parent_id)
+    unknown: list[tuple[str, int | None]] = [
+        (r.step_id, None) for r in parent_rows if r.status in (
+        "indeterminate", "running") and r.step_id in plan.by_id
+        and not plan.by_id[r.step_id].tool.entry.idempotent]
+    if unknown:
+        # A child run would call them again without anyone knowing whether the first call
+        # had its effect: a person settles them first.
+        raise _indeterminate_error(parent_id, unknown, then="retry")
+    again: set[str] = set()
+    if from_step is not None:
+        again = _from_and_after(plan, from_step)
+        journal.release_keys(row.root_run_id, sorted(again))
+    inherited = [r.step_id for r in parent_rows if r.status == "succeeded"
+                 and r.step_id in plan.by_id and r.step_id not in again]
+    child = new_run_id()
+    options = row.options
+    parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
+    journal.create_run(run=runner.new_run(
+        plan, run_id=child, root_run_id=row.root_run_id, parent_run_id=parent_id,
+        owner=owner, document=row.plan, plan_file=row.plan_file, project=row.project,
+        options={"max_parallel": parallel, "keep_going": keep_going,
+                 "file_sha256": options.get("file_sha256")},
+    ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
+        event_data={"plan": plan.name, "retry_of": parent_id})
+    journal.owner = owner
+    with runner.internal_guard(journal, child):  # a bug ends the child run failed
+        return _drive_child(journal, settings, row, plan, child, owner, inherited,
+                            parent_rows, approve, approve_all, approver, int(parallel),
+                            keep_going, progress)
+
+
+def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
+                 plan: CheckedPlan, child: str, owner: str, inherited: list[str],
+                 parent_rows: list[StepRecord], approve: list[str], approve_all: bool,
+                 approver: Any, parallel: int, keep_going: bool, progress: Any
+                 ) -> RunOutcome:
+    """Clear and run the new child run ``child`` of the failed run ``row``."""
+    parent_id = row.run_id
+    journal.copy_succeeded(parent_id, child, inherited)
+    state = {sid: StepState("succeeded", r.output)
+             for r in parent_rows if (sid := r.step_id) in inherited}
+    to_run = set(plan.by_id) - set(inherited)
+    requests = [request_for(s) for s in plan.steps
+                if s.approval_reason and s.id in to_run]
+    if requests:
+        clearance.clear_approvals(journal, child, requests, set(approve), approve_all,
+                               approver, on_deny="denied", plan=plan, policy=plan.policy)
+    note = changed_plan_note(settings, row)
+    outcome = runner.drive(journal, settings, plan, run_id=child,
+                           root_run_id=row.root_run_id, owner=owner,
+                           max_parallel=int(parallel), keep_going=keep_going, state=state,
+                           progress=progress, also_leased=[parent_id])
+    outcome.notes.extend([note] if note else [])
+    return outcome
+
+
+def _from_and_after(plan: CheckedPlan, step: str) -> set[str]:
+    """``step`` and every step that depends on it, directly or not.
+
+    Raises:
+        UsageError: ``unknown_step`` when the plan has no such step (exit 2).
+    """
+    if step not in plan.by_id:
+        from .issues import did_you_mean
+
+        raise UsageError(f"--from {step!r}: the plan has no such step."
+                         + did_you_mean(step, plan.by_id), code="unknown_step",
+                         hint=f"Steps: {', '.join(plan.by_id)}.")
+    out = {step}
+    changed = True
+    while changed:
+        changed = False
+        for s in plan.steps:
+            if s.id not in out and any(d in out for d in s.depends_on):
+                out.add(s.id)
+                changed = True
+    return out
