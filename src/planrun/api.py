@@ -297,8 +297,12 @@ class DryRun:
 def execute(settings: Settings, name: str, given: ParamInput, *,
             approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
             max_parallel: int | None = None, keep_going: bool = False,
-            dry_run: bool = False, progress: Any = None) -> dict[str, Any] | DryRun:
+            dry_run: bool = False, progress: Any = None,
+            dispatcher: Any = None) -> dict[str, Any] | DryRun:
     """Load, check, journal, clear and run one plan (SPEC §5).
+
+    ``dispatcher`` (a :class:`planrun.dispatch.Dispatcher`) makes the calls; default:
+    the local one (threads and child processes of this process).
 
     Returns:
         The manifest (``dry_run``: a :class:`DryRun`, nothing journaled or run).
@@ -355,7 +359,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
                                        policy=registry.policy)
             return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                                 owner=owner, max_parallel=parallel, keep_going=keep_going,
-                                progress=progress, fresh=True)
+                                progress=progress, fresh=True, dispatcher=dispatcher)
 
 
 def check_approve(approve: Sequence[str], plan: CheckedPlan) -> None:
