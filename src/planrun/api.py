@@ -164,8 +164,12 @@ def _settled(drive: Callable[[], RunOutcome]) -> RunOutcome:
 def execute(settings: Settings, name: str, given: ParamInput, *,
             approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
             max_parallel: int | None = None, keep_going: bool = False,
-            dry_run: bool = False, progress: Any = None) -> RunOutcome | DryRun:
+            dry_run: bool = False, progress: Any = None,
+            dispatcher: Any = None) -> RunOutcome | DryRun:
     """Load, check, journal, clear and run one plan (SPEC §5).
+
+    ``dispatcher`` (a :class:`planrun.dispatch.Dispatcher`) makes the calls; default:
+    the local one (threads and child processes of this process).
 
     Returns:
         The run's outcome (``dry_run``: a :class:`DryRun`, nothing journaled or run); a
@@ -194,12 +198,14 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     if dry_run:
         return DryRun(plan=plan, order=plan.order(), approvals=requests)
     return _settled(lambda: _start(settings, loaded, plan, requests, approve, approve_all,
-                                   approver, max_parallel, keep_going, progress))
+                                   approver, max_parallel, keep_going, progress,
+                                   dispatcher))
 
 
 def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list[Any],
            approve: Sequence[str], approve_all: bool, approver: Any,
-           max_parallel: int | None, keep_going: bool, progress: Any) -> RunOutcome:
+           max_parallel: int | None, keep_going: bool, progress: Any,
+           dispatcher: Any = None) -> RunOutcome:
     """Journal the checked plan as a new run, clear its approvals, drive it."""
     from . import clearance, runner
     from .journal import Journal
@@ -225,7 +231,7 @@ def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list
                                           policy=plan.policy)  # the registry's
             return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                                 owner=owner, max_parallel=parallel, keep_going=keep_going,
-                                progress=progress, fresh=True)
+                                progress=progress, fresh=True, dispatcher=dispatcher)
 
 
 

@@ -7,6 +7,7 @@ steps ready at the same moment, so runs are deterministic (SPEC §3).
 from __future__ import annotations
 
 import graphlib
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
 
@@ -37,15 +38,50 @@ def run_order(order: Sequence[str], deps: Mapping[str, Iterable[str]]) -> list[s
     sorter = graphlib.TopologicalSorter({k: list(v) for k, v in deps.items()})
     sorter.prepare()
     out: list[str] = []
-    import heapq
-
-    heap: list[tuple[int, str]] = []
+    ready = ReadyQueue(position)
     while sorter.is_active():
-        for sid in sorter.get_ready():
-            heapq.heappush(heap, (position[sid], sid))
-        _pos, sid = heapq.heappop(heap)
+        ready.add(sorter.get_ready())
+        sid = ready.pop()
         out.append(sid)
         sorter.done(sid)
+    return out
+
+
+class ReadyQueue:
+    """Steps ready to run, taken in the order they are written (SPEC §3 tie-break).
+
+    Args:
+        position: step id → its index in the plan (the order written).
+    """
+
+    __slots__ = ("_heap", "_position")
+
+    def __init__(self, position: Mapping[str, int]) -> None:
+        self._position = position
+        self._heap: list[tuple[int, str]] = []
+
+    def add(self, ready: Iterable[str]) -> None:
+        """Queue step ids that became ready (``TopologicalSorter.get_ready()``)."""
+        for sid in ready:
+            heapq.heappush(self._heap, (self._position[sid], sid))
+
+    def pop(self) -> str:
+        """The ready step written first; IndexError when none is queued."""
+        return heapq.heappop(self._heap)[1]
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+
+def ancestors(step: str, deps: Mapping[str, Iterable[str]]) -> set[str]:
+    """Every step id that ``step`` depends on, directly or not (itself excluded)."""
+    out: set[str] = set()
+    frontier = list(deps.get(step, ()))
+    while frontier:
+        sid = frontier.pop()
+        if sid not in out:
+            out.add(sid)
+            frontier.extend(deps.get(sid, ()))
     return out
 
 

@@ -145,33 +145,17 @@ def masked_output(secrets: Secrets, until_exit: Any = None) -> Iterator[None]:
     with contextlib.suppress(Exception):
         old_out.flush()
         old_err.flush()
-    piped = False
-    real: IO[str] = old_err
     try:
         fd_backed = old_err.fileno() == 2
     except (OSError, ValueError, AttributeError):
         fd_backed = False  # an in-memory stream (embedded, under a test harness)
-    try:
-        saved: tuple[int, int] | None = (os.dup(1), os.dup(2))
-    except OSError:
-        saved = None  # a closed descriptor: Python-level masking only
-    thread = None
-    stop = threading.Event()
-    if saved is not None:
-        read_fd, write_fd = os.pipe()
-        if fd_backed:
-            real = open(os.dup(saved[1]), "w",  # noqa: SIM115 - closed at the end
-                        encoding=getattr(old_err, "encoding", None) or "utf-8",
-                        errors="backslashreplace", buffering=1)
-        os.dup2(write_fd, 1)
-        os.dup2(write_fd, 2)
-        os.close(write_fd)
-        piped = True
-        thread = threading.Thread(target=_forward, name="planrun-mask",
-                                  args=(read_fd, saved[1], Masker(secrets), stop),
-                                  daemon=True)
-        thread.start()
-    writer = _MaskedWriter(real, secrets, 2 if piped else None)
+    piped = _Piped.start(secrets)
+    real: IO[str] = old_err
+    if piped is not None and fd_backed:
+        real = open(os.dup(piped.saved[1]), "w",  # noqa: SIM115 - closed at the end
+                    encoding=getattr(old_err, "encoding", None) or "utf-8",
+                    errors="backslashreplace", buffering=1)
+    writer = _MaskedWriter(real, secrets, 2 if piped is not None else None)
     sys.stdout = sys.stderr = writer
     _diagnostics = real
     try:
@@ -181,22 +165,52 @@ def masked_output(secrets: Secrets, until_exit: Any = None) -> Iterator[None]:
             writer.flush()
         keep = bool(until_exit and until_exit())
         sys.stdout = old_out
-        if keep:
-            if saved is not None:
-                os.dup2(saved[0], 1)
-                os.close(saved[0])
-        else:
+        if not keep:
             sys.stderr, _diagnostics = old_err, old_diag
-        if saved is not None and not keep:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            stop.set()
-            if thread is not None:
-                thread.join(timeout=5)
-            os.close(saved[0])
-            if thread is None or not thread.is_alive():
-                os.close(read_fd)
-                os.close(saved[1])
-            if real is not old_err:
+        if piped is not None:
+            piped.end(keep)
+            if not keep and real is not old_err:
                 with contextlib.suppress(Exception):
                     real.close()
+
+
+class _Piped:
+    """File descriptors 1 and 2 made a pipe that a thread copies, masked, to stderr."""
+
+    def __init__(self, saved: tuple[int, int], read_fd: int, thread: threading.Thread,
+                 stop: threading.Event) -> None:
+        self.saved, self.read_fd, self.thread, self.stop = saved, read_fd, thread, stop
+
+    @classmethod
+    def start(cls, secrets: Secrets) -> _Piped | None:
+        """Pipe fds 1 and 2 through the masking thread; None without descriptors."""
+        try:
+            saved = (os.dup(1), os.dup(2))
+        except OSError:
+            return None  # a closed descriptor: Python-level masking only
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 1)
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        stop = threading.Event()
+        thread = threading.Thread(target=_forward, name="planrun-mask",
+                                  args=(read_fd, saved[1], Masker(secrets), stop),
+                                  daemon=True)
+        thread.start()
+        return cls(saved, read_fd, thread, stop)
+
+    def end(self, keep: bool) -> None:
+        """Give fd 1 back; and fd 2 too unless ``keep`` (stderr stays masked until exit)."""
+        saved = self.saved
+        if keep:
+            os.dup2(saved[0], 1)
+            os.close(saved[0])
+            return
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        self.stop.set()
+        self.thread.join(timeout=5)
+        os.close(saved[0])
+        if not self.thread.is_alive():
+            os.close(self.read_fd)
+            os.close(saved[1])

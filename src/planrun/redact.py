@@ -14,9 +14,10 @@ is called with. Everything else holds the **reference form**:
 * :func:`reveal` puts the values given to *this* process back in, just before a call (and
   for ``when``): resume, retry and replay give later steps exactly what a clean run would.
 * Text a tool produced (its output, exception, stderr tail) may echo a secret: it is put
-  in reference form by scanning (:func:`conceal`) when it enters planrun, in every
-  spelling planrun can recognise — as written, JSON-escaped (ASCII or not), Python
-  ``repr`` — and numbers where they stand alone.
+  in reference form by scanning (:meth:`Secrets.conceal`; the run's :class:`Secrets`
+  are passed to where text enters planrun), in every spelling planrun can recognise —
+  as written, JSON-escaped (ASCII or not), Python ``repr`` — and numbers where they
+  stand alone.
 * Printing shows ``***`` for a reference (:func:`display`): only values are ever masked,
   never field names, run ids, step ids, codes or planrun's own words, since those never
   hold a reference. A tool's own writes to stdout/stderr while a run is driven are values
@@ -31,7 +32,6 @@ number's JSON spelling inside text), ``json``/``jsonu`` (JSON-escaped, ASCII or 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -279,40 +279,8 @@ class Secrets:
                     if n in plan.params and plan.params[n] is not UNKNOWN})
 
 
-_NONE = Secrets({})
-_active: Secrets = _NONE
-
-
-def active() -> Secrets:
-    """The secrets of the run this process is driving (empty outside a run)."""
-    return _active
-
-
-@contextlib.contextmanager
-def use(secrets: Secrets) -> Iterator[None]:
-    """Make ``secrets`` the ones :func:`conceal` and :func:`conceal_text` look for."""
-    global _active
-    before, _active = _active, secrets
-    try:
-        yield
-    finally:
-        _active = before
-
-
-def conceal(value: Any) -> Any:
-    """A tool's JSON value in reference form (the active secrets; markers escaped)."""
-    return _active.conceal(value)
-
-
-def conceal_text(text: str, keep: Iterable[str] = ()) -> str:
-    """A tool's (or library's) text in reference form; ``keep`` marks planrun's words."""
-    return _active.conceal_text(text, keep)
-
-
-#: The names of the text-replace masking this module had before references (issue 9):
-#: text a tool or library produced goes into reference form, which prints as ``***``.
-text = conceal_text
-value = conceal
+#: No secrets: what text is concealed with outside a run (markers are still escaped).
+NO_SECRETS = Secrets({})
 
 
 def cut_tail(text: str, size: int) -> str:

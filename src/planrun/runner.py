@@ -8,12 +8,10 @@ with the same manifest and exit statuses. Clearing approvals before is
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import masking, redact
+from . import redact
 from .clearance import clear_approvals, covered, record_decision
 from .errors import EXIT_SIGINT
 from .journal import Journal, NewRun
@@ -22,8 +20,8 @@ from .params import UNKNOWN
 from .paths import Settings
 from .validation import CheckedPlan
 
-#: Environment variables that give parameters; tools never see them (SPEC §7).
-PARAM_ENV_PREFIX = "PLANRUN_PARAM_"
+if TYPE_CHECKING:
+    from .dispatch.base import Dispatcher
 
 
 def stored_params(plan: CheckedPlan) -> dict[str, Any]:
@@ -39,20 +37,6 @@ SECRET_MASK = redact.MASK
 #: Moved to :mod:`planrun.clearance`; still importable from here.
 __all__ = ["clear_approvals", "contracts", "covered", "drive", "internal_guard",
            "record_decision", "stored_params"]
-
-
-@contextlib.contextmanager
-def _without_param_env() -> Iterator[None]:
-    """While tools run, ``PLANRUN_PARAM_*`` is not in the environment (SPEC §7).
-
-    A tool receives a parameter only as an argument the plan gives it: commands, python
-    tools (``os.environ``) and what they start do not inherit the variables.
-    """
-    taken = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(PARAM_ENV_PREFIX)}
-    try:
-        yield
-    finally:
-        os.environ.update(taken)
 
 
 def contracts(plan: CheckedPlan) -> dict[str, Any]:
@@ -126,77 +110,35 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
 
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """While tools run, whatever they print goes to stderr.
-
-    stdout is for results only (the manifest, ``--json``), so a chatty python tool cannot
-    corrupt it.
-    """
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-        saved_in = os.dup(0)
-    except OSError:  # no file descriptors (embedded): redirect the Python level only
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-        return
-    old_stdin = sys.stdin
-    try:
-        os.dup2(2, 1)
-        # nothing waits on a stdin: a tool that reads it gets end-of-file at once
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - closed below
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stderr.flush()
-        if sys.stdin is not old_stdin:
-            sys.stdin.close()
-        sys.stdin = old_stdin
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.dup2(saved_in, 0)
-        os.close(saved_in)
-
-
 def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,
           root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
           state: dict[str, Any] | None = None, progress: Any = None,
-          fresh: bool = False, also_leased: list[str] | None = None) -> RunOutcome:
+          fresh: bool = False, also_leased: list[str] | None = None,
+          dispatcher: Dispatcher | None = None) -> RunOutcome:
     """Run the run's pending steps to the end, record its status.
+
+    ``dispatcher`` makes the calls (default: a
+    :class:`~planrun.dispatch.local.LocalDispatcher`, which runs python tools in the
+    project folder with their prints on stderr, SPEC §2).
 
     Returns:
         The outcome: the manifest, the signal's exit status (130/143) when interrupted,
         and the python calls left running in threads.
     """
     from . import manifest
-    from .executor import Executor
+    from .executor import Executor, inject_fault
 
     executor = Executor(journal=journal, plan=plan, run_id=run_id, root_run_id=root_run_id,
                         project=settings.project, max_parallel=max_parallel,
                         keep_going=keep_going, progress=progress, owner=owner,
                         state=state or {}, pools=settings.pools, fresh=fresh,
-                        also_leased=also_leased or [])
-    # Python tools run in the project folder, like commands (SPEC §2), so that a relative
-    # path means the same place to every tool of a plan.
-    from .executor import inject_fault
-
-    here = os.getcwd()
-    os.chdir(settings.project)
-    secrets = redact.Secrets.of_plan(plan)
+                        also_leased=also_leased or [], dispatcher=dispatcher)
     try:
-        with _stdout_to_stderr(), _without_param_env(), redact.use(secrets), \
-                masking.masked_output(secrets, lambda: executor.abandoned > 0):
-            status = executor.run()
+        status = executor.run()
     except Exception as exc:
         # python calls left running in threads: the CLI must not wait for them at exit
         exc.planrun_abandoned = executor.abandoned  # type: ignore[attr-defined]
         raise
-    finally:
-        os.chdir(here)
     inject_fault("finish")
     journal.finish_run(run_id, status)
     return RunOutcome(manifest.build(journal, run_id),

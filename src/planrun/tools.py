@@ -35,12 +35,15 @@ from . import redact
 from .argv import PLACEHOLDER
 from .params import render
 from .pointers import pointer_of
+from .redact import Secrets
 from .registry import ToolSpec
 
 #: Bytes of a command's stderr kept as its error message (the tail).
 STDERR_TAIL_BYTES = 2000
 #: Seconds a command gets between SIGTERM and SIGKILL when it is cancelled or times out.
 KILL_GRACE_S = 5.0
+#: Environment variables that give parameters; tools never see them (SPEC §7).
+PARAM_ENV_PREFIX = "PLANRUN_PARAM_"
 
 
 @dataclass(frozen=True)
@@ -107,26 +110,31 @@ def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
     return [PLACEHOLDER.sub(sub, element) for element in argv]
 
 
-def _tail(data: bytes) -> str:
+def _secrets(secrets: Secrets | None) -> Secrets:
+    """The secrets given, or none (a caller outside a run, such as validation)."""
+    return redact.NO_SECRETS if secrets is None else secrets
+
+
+def _tail(data: bytes, secrets: Secrets) -> str:
     """The last :data:`STDERR_TAIL_BYTES` of output, in reference form.
 
     Secrets are found *before* the cut, and the cut never splits a reference, so that no
     fragment of a secret survives at the edge.
     """
     window = data[-(STDERR_TAIL_BYTES + 4096):].decode("utf-8", "replace")
-    return redact.cut_tail(redact.conceal_text(window), STDERR_TAIL_BYTES).strip()
+    return redact.cut_tail(secrets.conceal_text(window), STDERR_TAIL_BYTES).strip()
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, secrets: Secrets) -> str:
     """``Type: message`` of an exception (reference form), even when ``__str__`` fails."""
     try:
-        text = redact.conceal_text(str(exc))
+        text = secrets.conceal_text(str(exc))
     except Exception:  # a broken __str__ in tool code
         text = "<the exception's message could not be read>"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def validate_model(model: Any, arguments: dict[str, Any]
+def validate_model(model: Any, arguments: dict[str, Any], secrets: Secrets | None = None
                    ) -> tuple[Any, list[tuple[str, str]]]:
     """Validate arguments with an ``accepts`` pydantic model, from JSON, in strict mode.
 
@@ -135,7 +143,7 @@ def validate_model(model: Any, arguments: dict[str, Any]
     takes its JSON form (a string, a number), while strict mode still refuses ``"2"`` for
     an integer. Validation (``planrun validate``) and the call use this same function, so
     arguments that validate are arguments the call accepts. Whatever the model's code
-    prints goes to stderr.
+    prints goes to stderr. ``secrets``: what to mask in a validator's own words.
 
     Returns:
         (the model instance, []) or (None, [(JSON Pointer, message), ...]).
@@ -157,12 +165,15 @@ def validate_model(model: Any, arguments: dict[str, Any]
         return None, problems or [("", str(exc))]
     except Exception as exc:  # a validator in the model raised something else
         return None, [("", f"the model {getattr(model, '__name__', model)!s} raised "
-                       f"{_describe(exc)}")]
+                       f"{_describe(exc, _secrets(secrets))}")]
 
 
 async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
-                      pool: Executor | None, timeout: float | None) -> Any:
+                      pool: Executor | None, timeout: float | None,
+                      secrets: Secrets | None = None) -> Any:
     """Call a python tool once; returns its output.
+
+    ``secrets`` are masked (put in reference form) in the errors it returns.
 
     Raises:
         ToolFailure: the callable raised (code ``tool_error``).
@@ -171,10 +182,11 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
     func = tool.func
     assert func is not None
     kwargs = arguments
+    secrets = _secrets(secrets)
     if tool.model is not None:
-        model, problems = validate_model(tool.model, arguments)
+        model, problems = validate_model(tool.model, arguments, secrets)
         if problems:
-            raise ToolFailure({"code": "arguments", "message": redact.conceal_text("; ".join(
+            raise ToolFailure({"code": "arguments", "message": secrets.conceal_text("; ".join(
                 f"{where or '/'}: {message}" for where, message in problems))})
         kwargs = {name: getattr(model, name) for name in type(model).model_fields}
 
@@ -205,11 +217,11 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
         raise
     except BaseException as exc:  # the tool's own failure, also SystemExit and friends
         try:
-            tb = redact.conceal_text("".join(traceback.format_exception(exc)))
+            tb = secrets.conceal_text("".join(traceback.format_exception(exc)))
         except Exception:
             tb = None
         error = {"code": "tool_error", "type": type(exc).__name__,
-                 "message": _describe(exc)}
+                 "message": _describe(exc, secrets)}
         if tb:
             error["traceback"] = tb
         raise ToolFailure(error) from None
@@ -220,14 +232,16 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
                        project: Path, timeout: float | None,
                        on_start: Callable[[asyncio.subprocess.Process], None] | None = None,
                        preexec: Callable[[], None] | None = None,
-                       on_stderr: Callable[[str], None] | None = None) -> Any:
+                       on_stderr: Callable[[str], None] | None = None,
+                       secrets: Secrets | None = None) -> Any:
     """Run a command tool once, without a shell; returns its output per ``output``.
 
     ``on_start`` is called once the command started (it may raise: the command is then
     ended); ``preexec`` runs in the forked child before the command (``preexec_fn``).
     ``on_stderr`` gets the bounded tail (:data:`STDERR_TAIL_BYTES`, secrets in reference
     form) of what a command that succeeded wrote on stderr, when it wrote anything (tar's
-    warnings, say), so that it is kept instead of discarded.
+    warnings, say), so that it is kept instead of discarded. ``secrets`` are masked in
+    the errors it returns and in that tail.
 
     Raises:
         ToolFailure: non-zero exit (``exit_status``, with the tail of stderr), a program
@@ -235,15 +249,10 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
             JSON (``output``).
         CallTimeout: it ran past ``timeout`` seconds (SIGTERM, then SIGKILL).
     """
+    secrets = _secrets(secrets)
     argv = fill_argv(list(tool.entry.command or []), arguments)
     cwd = project / tool.entry.cwd if tool.entry.cwd else project
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANRUN_PARAM_")}
-    env.update(PLANRUN_RUN_ID=ctx.run_id, PLANRUN_STEP_ID=ctx.step_id,
-               PLANRUN_IDEMPOTENCY_KEY=ctx.idempotency_key, PLANRUN_ATTEMPT=str(ctx.attempt))
-    if ctx.item_index is not None:
-        env["PLANRUN_ITEM_INDEX"] = str(ctx.item_index)
-    else:
-        env.pop("PLANRUN_ITEM_INDEX", None)
+    env = _command_env(ctx)
     # stdin, stdout and stderr are temporary files, not pipes: a background child that
     # inherits them cannot keep the call open after the command itself exited. The command
     # leads its own process group, so a timeout or a cancel ends everything it started.
@@ -258,7 +267,7 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         except OSError as exc:
             raise ToolFailure({"code": "tool_error", "type": type(exc).__name__,
                                "message": "cannot start "
-                               f"{redact.conceal_text(repr(argv[0]))}: "
+                               f"{secrets.conceal_text(repr(argv[0]))}: "
                                f"{exc.strerror or exc}"}) from None
         if on_start is not None:
             try:
@@ -281,18 +290,41 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         ferr.seek(0)
         err = ferr.read()
     if proc.returncode != 0:
-        code = proc.returncode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else \
-            f"exited with status {code}"
-        tail = _tail(err) or _tail(out)  # some programs report failures on stdout
-        error: dict[str, Any] = {"code": "exit_status", "exit_code": code,
-                                 "message": f"{redact.conceal_text(argv[0])} {how}"
-                                 + (f": {tail}" if tail else "")}
-        if err and out:
-            error["stdout_tail"] = _tail(out)
-        raise ToolFailure(error)
+        raise ToolFailure(_exit_error(argv[0], proc.returncode, out, err, secrets))
     if err.strip() and on_stderr is not None:
-        on_stderr(_tail(err))
+        on_stderr(_tail(err, secrets))
+    return _command_output(tool, argv[0], out, secrets)
+
+
+def _command_env(ctx: StepContext) -> dict[str, str]:
+    """The environment of a command: planrun's, less parameters, plus the call's context."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PARAM_ENV_PREFIX)}
+    env.update(PLANRUN_RUN_ID=ctx.run_id, PLANRUN_STEP_ID=ctx.step_id,
+               PLANRUN_IDEMPOTENCY_KEY=ctx.idempotency_key, PLANRUN_ATTEMPT=str(ctx.attempt))
+    if ctx.item_index is not None:
+        env["PLANRUN_ITEM_INDEX"] = str(ctx.item_index)
+    else:
+        env.pop("PLANRUN_ITEM_INDEX", None)
+    return env
+
+
+def _exit_error(program: str, code: int | None, out: bytes, err: bytes,
+                secrets: Secrets) -> dict[str, Any]:
+    """The ``exit_status`` error of a command that did not exit 0 (tails masked)."""
+    how = f"killed by signal {-code}" if code is not None and code < 0 else \
+        f"exited with status {code}"
+    # some programs report failures on stdout
+    tail = _tail(err, secrets) or _tail(out, secrets)
+    error: dict[str, Any] = {"code": "exit_status", "exit_code": code,
+                             "message": f"{secrets.conceal_text(program)} {how}"
+                             + (f": {tail}" if tail else "")}
+    if err and out:
+        error["stdout_tail"] = _tail(out, secrets)
+    return error
+
+
+def _command_output(tool: ToolSpec, program: str, out: bytes, secrets: Secrets) -> Any:
+    """A command's stdout as its tool's ``output`` says (none | text | json)."""
     mode = tool.output_mode
     if mode == "none":
         return None
@@ -303,7 +335,7 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
         return json.loads(text)
     except ValueError as exc:
         raise ToolFailure({"code": "output",
-                           "message": f"{redact.conceal_text(argv[0])} printed no valid "
+                           "message": f"{secrets.conceal_text(program)} printed no valid "
                            f"JSON on stdout ({exc}); "
                            "its tool declares output: json"}) from None
 

@@ -1,0 +1,167 @@
+"""The local dispatcher: python tools in threads of this process, commands as children.
+
+It owns what running tools here takes (SPEC §2, §7, §12): the thread pool, the process
+groups of commands and the keeper that ends them if planrun dies, and — for the run's
+duration only, inside :meth:`LocalDispatcher.session` — the process's working folder
+(python tools run in the project folder, like commands), its stdio (what tools print goes
+to stderr, masked; stdin is end-of-file) and the ``PLANRUN_PARAM_*`` variables (taken
+out of the environment). Nothing else in the library changes process-wide state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .. import masking, procs
+from ..redact import Secrets
+from ..registry import ToolSpec
+from ..tools import PARAM_ENV_PREFIX, CallTimeout, call_command, call_python
+from .base import Call, Dispatcher, Watch
+
+
+class LocalDispatcher(Dispatcher):
+    """Calls tools in this process (python, in threads) and as child processes (commands).
+
+    Args:
+        project: the project folder (the working folder of every call).
+        tools: tool name → its spec (the tools the plan uses).
+        threads: threads for sync python tools (the run's ``max_parallel``).
+    """
+
+    def __init__(self, project: Path, tools: Mapping[str, ToolSpec], threads: int) -> None:
+        self.project = project
+        self.tools = dict(tools)
+        self.threads = threads
+        self.abandoned = 0
+        self._groups: set[int] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._keeper: procs.Keeper | None = None
+
+    @contextlib.contextmanager
+    def session(self, secrets: Secrets) -> Iterator[None]:
+        """Working folder, stdio and environment for the run; threads and the keeper.
+
+        Everything is given back at the end — except, when python calls were abandoned
+        and still run in threads, stderr stays masked until the process exits.
+        """
+        here = os.getcwd()
+        os.chdir(self.project)
+        try:
+            with _stdout_to_stderr(), _without_param_env(), \
+                    masking.masked_output(secrets, lambda: self.abandoned > 0):
+                self._pool = ThreadPoolExecutor(max_workers=self.threads,
+                                                thread_name_prefix="planrun-tool")
+                self._keeper = procs.Keeper()
+                try:
+                    yield
+                finally:
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                    self._keeper.close()
+        finally:
+            os.chdir(here)
+
+    def abandons(self, call: Call) -> bool:
+        """A python call cancelled or timed out goes on in its thread (it is abandoned)."""
+        return self.tools[call.tool].kind == "python"
+
+    async def call(self, call: Call, watch: Watch) -> Any:
+        """Call the tool once (see :meth:`Dispatcher.call`)."""
+        tool = self.tools[call.tool]
+        if tool.kind == "python":
+            try:
+                return await call_python(tool, call.arguments, call.context, self._pool,
+                                         call.timeout, secrets=call.secrets)
+            except (asyncio.CancelledError, CallTimeout):
+                self.abandoned += 1
+                raise
+        return await self._command(tool, call, watch)
+
+    async def _command(self, tool: ToolSpec, call: Call, watch: Watch) -> Any:
+        # The command's group is known to the keeper from before it runs, and reported
+        # (journaled) as soon as it started, until its leader was reaped (SPEC §12).
+        keeper = self._keeper
+        assert keeper is not None, "call() outside session()"
+        keeper.start()
+        groups: list[procs.Group] = []
+
+        def started(proc: asyncio.subprocess.Process) -> None:
+            group = procs.identify(proc.pid)
+            groups.append(group)
+            self._groups.add(group.pgid)
+            keeper.add(group.pgid)
+            if watch.started is not None:
+                watch.started(group)
+
+        try:
+            return await call_command(tool, call.arguments, call.context, self.project,
+                                      call.timeout, on_start=started, preexec=keeper.preexec,
+                                      on_stderr=watch.stderr, secrets=call.secrets)
+        finally:
+            for group in groups:
+                self._groups.discard(group.pgid)
+                keeper.remove(group.pgid)
+                if watch.ended is not None:
+                    watch.ended(group)
+
+    def end_all(self) -> None:
+        """SIGTERM the group of every command running now (from any thread)."""
+        for pgid in list(self._groups):
+            procs.signal_group(pgid, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _without_param_env() -> Iterator[None]:
+    """While tools run, ``PLANRUN_PARAM_*`` is not in the environment (SPEC §7).
+
+    A tool receives a parameter only as an argument the plan gives it: commands, python
+    tools (``os.environ``) and what they start do not inherit the variables.
+    """
+    taken = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(PARAM_ENV_PREFIX)}
+    try:
+        yield
+    finally:
+        os.environ.update(taken)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While tools run, whatever they print goes to stderr; stdin is end-of-file.
+
+    stdout is for results only (the manifest, ``--json``), so a chatty python tool cannot
+    corrupt it.
+    """
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        saved_in = os.dup(0)
+    except OSError:  # no file descriptors (embedded): redirect the Python level only
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    old_stdin = sys.stdin
+    try:
+        os.dup2(2, 1)
+        # nothing waits on a stdin: a tool that reads it gets end-of-file at once
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - closed below
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if sys.stdin is not old_stdin:
+            sys.stdin.close()
+        sys.stdin = old_stdin
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.dup2(saved_in, 0)
+        os.close(saved_in)

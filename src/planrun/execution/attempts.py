@@ -1,0 +1,239 @@
+"""Attempts: one call's dispatch record, the call, its outcome, and its retries (SPEC §5).
+
+Record, then call, then record: the dispatch record commits before the call (calls that
+start together share one commit), the outcome after it. The call itself is made by the
+executor's :class:`~planrun.dispatch.Dispatcher`; how it ends decides what is journaled:
+succeeded, failed (retried while the step's ``retries`` allow), or ``indeterminate`` when
+its effect is unknown (cancelled, a non-idempotent call timed out, its worker was lost, a
+bug in planrun after the dispatch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
+from ..errors import PlanrunError
+from ..tools import CallTimeout, StepContext, ToolFailure
+from ..validation import CheckedStep
+from .base import RunParts
+from .common import MAX_RECOVERIES, Outcome, Slots, inject_fault, internal_error
+
+
+class Attempts(RunParts):
+    """The executor's part that calls a tool until it succeeds or its retries are spent."""
+
+    def _slots(self, step: CheckedStep) -> Slots:
+        """The step's pool (if any), then one of the run's ``max_parallel`` slots."""
+        pool = step.raw.get("pool") or step.tool.entry.pool
+        return Slots(([self._pools[pool]] if pool in self._pools else []) + [self._sem],
+                     self.journal)
+
+    async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
+                        item: int | None) -> Outcome:
+        """Call the tool until it succeeds or its retries are spent; journal every attempt."""
+        attempt = 0
+        if not self.fresh:
+            attempt, exhausted = self._recovered(step, key, item)
+            if exhausted is not None:
+                return exhausted
+        while True:
+            attempt += 1
+            await self._dispatched(step, key, item, attempt)
+            call = Call(step.tool.name, arguments, StepContext(
+                run_id=self.run_id, step_id=step.id, item_index=item, idempotency_key=key,
+                attempt=attempt), step.timeout, self._secrets)
+            ended = await self._call_once(step, call)
+            if isinstance(ended, Outcome):
+                return ended
+            outcome = await self._after_error(step, call, ended)
+            if outcome is not None:
+                return outcome
+
+    def _recovered(self, step: CheckedStep, key: str, item: int | None
+                   ) -> tuple[int, Outcome | None]:
+        """(attempts made so far, the failure when the call may not be dispatched again).
+
+        Left running by a crash once more than ``max_recoveries`` allows: a tool that kills
+        planrun must not be called forever (SPEC §5 "Attempts").
+        """
+        status, attempt, recoveries = self.journal.dispatch_state(self.run_id, step.id, item)
+        limit = step.raw.get("max_recoveries")
+        limit = MAX_RECOVERIES if limit is None else int(limit)
+        if status != "running" or recoveries < limit:
+            return attempt, None
+        exhausted = {"code": "recovery_exhausted",
+                     "message": f"its call was cut short by a crash {recoveries + 1} "
+                     f"time(s) ({attempt} attempt(s)); max_recoveries is {limit}, so "
+                     "it is not dispatched again"}
+        self.journal.step_finished(self.run_id, step.id, status="failed", key=key,
+                                   error=exhausted, item=item)
+        return attempt, Outcome("failed", error=exhausted)
+
+    async def _dispatched(self, step: CheckedStep, key: str, item: int | None,
+                          attempt: int) -> None:
+        """Journal the dispatch record and wait for its commit (record, then call)."""
+        self.journal.step_started(self.run_id, step.id, attempt=attempt, key=key,
+                                  root_run_id=self.root_run_id, item=item, defer=True)
+        await self._commit_dispatch(step.id, key, item)
+        if item is None:
+            self.state[step.id].status = "running"
+            self._emit("started", step.id, attempt=attempt)
+        else:
+            self._emit("item_started", step.id, index=item, attempt=attempt)
+        self._crash_at("dispatch", step.id, item)
+
+    async def _call_once(self, step: CheckedStep, call: Call) -> Outcome | dict[str, Any]:
+        """Make the call; its outcome when it ended the attempts, else its error."""
+        item, where = call.context.item_index, call.where
+        stderr: list[str] = []
+        try:
+            inject_fault("dispatch", step.id, item)
+            self._calls += 1
+            try:
+                output = await self._dispatcher.call(call, self._watch(call, stderr))
+            finally:
+                self._calls -= 1
+            self._crash_at("call", step.id, item)
+            inject_fault("call", step.id, item)
+            error = self._check_output(step, output)
+        except asyncio.CancelledError:
+            how = "abandoned" if self._dispatcher.abandons(call) else "cancelled"
+            code, why = self.cancel_reason or ("interrupted", "the run was interrupted")
+            return self._unknown(call, {"code": code, "message": f"call {how} because "
+                                        f"{why}; its effect is unknown"})
+        except CallTimeout as exc:
+            if not step.tool.entry.idempotent:
+                return self._unknown(call, exc.error)
+            return exc.error
+        except ToolFailure as exc:
+            return exc.error
+        except CallLost as exc:
+            return self._unknown(call, {"code": CALL_LOST, "message": "the worker running "
+                                        f"the call was lost ({exc}); its effect is unknown"})
+        except PlanrunError:
+            raise
+        except Exception as exc:
+            # A bug in planrun after the dispatch record: whether the tool's effect
+            # happened is not known, so the call is indeterminate (code ``internal``)
+            # and the run stops as on a failure (SPEC §5).
+            return self._unknown(call, internal_error(exc, f" while calling step {where!r}",
+                                                      self.run_id, self._secrets))
+        if error is not None:
+            return error
+        return self._succeeded(step, call, output, stderr)
+
+    def _watch(self, call: Call, stderr: list[str]) -> Watch:
+        """Journal a command's process group while it runs; keep its stderr tail."""
+        journal, run_id, ctx = self.journal, self.run_id, call.context
+        return Watch(
+            started=lambda group: journal.record_call(run_id, ctx.step_id, ctx.item_index,
+                                                      group),
+            ended=lambda group: journal.end_call(run_id, group), stderr=stderr.append)
+
+    def _unknown(self, call: Call, error: dict[str, Any]) -> Outcome:
+        """Journal the call ``indeterminate``: its effect is not known."""
+        self.journal.step_finished(self.run_id, call.context.step_id, status="indeterminate",
+                                   key=None, error=error, item=call.context.item_index)
+        return Outcome("indeterminate", error=error)
+
+    def _succeeded(self, step: CheckedStep, call: Call, output: Any,
+                   stderr: list[str]) -> Outcome:
+        item = call.context.item_index
+        output = self._secrets.conceal(output)  # a secret it echoes is stored as a reference
+        # A command that succeeded but wrote on stderr: its tail is kept with the
+        # step_succeeded event (planrun log) and shown with -v (issue 10, bug 7).
+        self.journal.step_finished(self.run_id, step.id, status="succeeded",
+                                   key=call.context.idempotency_key, output=output, item=item,
+                                   defer=True,
+                                   event_data={"stderr_tail": stderr[-1]} if stderr else None)
+        if stderr:
+            self._emit("stderr", call.where, text=stderr[-1])
+        self._crash_at("outcome", step.id, item)
+        return Outcome("succeeded", output=output)
+
+    async def _after_error(self, step: CheckedStep, call: Call, error: dict[str, Any]
+                           ) -> Outcome | None:
+        """Retry (None: call again) or journal the failure; ``pending`` when interrupted."""
+        policy = step.retries
+        attempt, item = call.context.attempt, call.context.item_index
+        codes = policy.get("on_exit_codes")
+        retryable = error.get("code") in ("tool_error", "exit_status", "timeout") and (
+            codes is None or error.get("exit_code") in codes)
+        if attempt < int(policy["max_attempts"]) and retryable:
+            delay = float(policy["backoff_s"]) * (2 ** (attempt - 1))
+            self.journal.step_retried(self.run_id, step.id, attempt, error, delay, item=item)
+            self._emit("retried", call.where, attempt=attempt, error=error)
+            if self.signal_exit is None and delay:
+                await asyncio.sleep(delay)
+            if self.signal_exit is not None:
+                return Outcome("pending")  # interrupted: no new attempt; resume runs it
+            return None
+        self.journal.step_finished(self.run_id, step.id, status="failed",
+                                   key=call.context.idempotency_key, error=error, item=item,
+                                   defer=True)
+        self._crash_at("outcome", step.id, item)
+        return Outcome("failed", error=error)
+
+    async def _commit_dispatch(self, sid: str, key: str, item: int | None) -> None:
+        """Commit the dispatch records of every call starting now, in one transaction.
+
+        Calls that become ready at the same moment (fan-out workers, independent steps)
+        share one durable commit; none of them is called before it is done.
+        """
+        if self._batch is None:
+            loop = asyncio.get_running_loop()
+            self._batch = loop.create_future()
+            loop.call_soon(self._flush_batch)
+        batch = self._batch
+        try:
+            await asyncio.shield(batch)
+        except asyncio.CancelledError:
+            # cancelled before the call started: once the record is written, take it back
+            def withdraw(done: asyncio.Future[None]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self.journal.withdraw_dispatch(self.run_id, sid, key, item)
+
+            if batch.done():
+                withdraw(batch)
+            else:
+                batch.add_done_callback(withdraw)
+            raise
+
+    def _flush_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch is None or batch.done():
+            return
+        try:
+            self.journal.flush()
+        except BaseException as exc:
+            batch.set_exception(exc)
+        else:
+            batch.set_result(None)
+
+    def _check_output(self, step: CheckedStep, output: Any) -> dict[str, Any] | None:
+        """None when ``output`` is JSON data that fits the tool's ``output_schema``."""
+        try:
+            text = json.dumps(output, ensure_ascii=False, allow_nan=False)
+            if not text.isascii():
+                text.encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
+                    f"that is not JSON data: {exc}"}
+        except RecursionError:
+            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
+                    "nested too deeply to store"}
+        except UnicodeEncodeError:
+            return {"code": "output", "message": f"tool {step.tool.name!r} returned text that "
+                    "is not valid Unicode (an undecodable file name?); return it as text "
+                    "that can be encoded in UTF-8"}
+        validator = step.tool.output_validator
+        if validator is not None:
+            errors = [e.message for e in validator.iter_errors(output)]
+            if errors:
+                return {"code": "output", "message": f"tool {step.tool.name!r} output does "
+                        f"not match its output_schema: "
+                        f"{self._secrets.conceal_text(errors[0])}"}
+        return None

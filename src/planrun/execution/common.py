@@ -1,0 +1,219 @@
+"""What the scheduler's parts share: outcomes, step state, test seams, keys (SPEC §5, §7).
+
+Also the two helpers that run beside the loop: the lease's heartbeat thread and the
+ordered acquisition of concurrency slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import redact
+from ..canonical import digest
+from ..journal import Journal
+from ..journal.store import lease_ttl
+from ..redact import Secrets
+from ..validation import CheckedStep
+
+Progress = Callable[[str, str, dict[str, Any]], None]
+
+#: Seconds running calls get to finish after the first SIGINT/SIGTERM (SPEC §5).
+GRACE_S = 10.0
+#: Test-only seam: ``PLANRUN_TEST_CRASH=POINT:STEP[,POINT:STEP...]`` makes the process
+#: SIGKILL itself at a named point of a step (``STEP#N``: of fan-out item N), so crash
+#: tests are deterministic.
+#: POINT is ``dispatch`` (after the dispatch record commits), ``call`` (after the tool
+#: returned, before the outcome record) or ``outcome`` (after the outcome record commits).
+CRASH_ENV = "PLANRUN_TEST_CRASH"
+CRASH_POINTS = ("dispatch", "call", "outcome")
+#: Default bound on fan-out items (SPEC §3 ``max_items``).
+MAX_ITEMS = 10_000
+#: Where a step (or item) can be when it fails before its tool is called: never
+#: dispatched, or left ``running``/``indeterminate`` by a crash and being dispatched again
+#: (a changed contract or an unresolvable reference fails it then, SPEC §5).
+BEFORE_CALL = ("pending", "running", "indeterminate")
+
+
+#: Test-only seam: ``PLANRUN_TEST_INTERNAL=POINT[:STEP][,...]`` raises an unexpected
+#: exception (a stand-in for a bug in planrun) at a named point, so that tests can show
+#: that no bug leaves a run ``running`` (SPEC §5). POINT is ``prepare`` (before a step's
+#: dispatch record), ``dispatch`` (after it commits, before the call), ``call`` (after the
+#: tool returned), ``schedule`` (the scheduler, about to dispatch the step, outside any
+#: step's own handling) — these take a STEP (``STEP#N``: fan-out item N; without one, the
+#: first step to get there) —, ``approval`` (while clearing approvals, after the run is
+#: journaled) or ``finish`` (after the steps ran, before the run's status is recorded).
+INTERNAL_ENV = "PLANRUN_TEST_INTERNAL"
+
+
+def inject_fault(point: str, step: str | None = None, item: int | None = None) -> None:
+    """Raise the test seam's stand-in bug when ``PLANRUN_TEST_INTERNAL`` names this point.
+
+    Raises:
+        RuntimeError: the seam names ``point`` (and ``step``, or ``step#item``).
+    """
+    raw = os.environ.get(INTERNAL_ENV)
+    if not raw:
+        return
+    names = {point} if step is None else {point, f"{point}:{step}"} | (
+        {f"{point}:{step}#{item}"} if item is not None else set())
+    if names & {part.strip() for part in raw.split(",")}:
+        raise RuntimeError(f"injected internal error at {sorted(names)[-1]} "
+                           f"({INTERNAL_ENV})")
+
+
+def internal_error(exc: BaseException, where: str, run_id: str,
+                   secrets: Secrets | None = None) -> dict[str, Any]:
+    """The journaled error of an unexpected exception in planrun: code ``internal``.
+
+    ``message`` names the exception type and text (never the traceback, which goes to
+    ``traceback`` and is shown only by ``planrun log RUN --tracebacks``). Both are in
+    reference form: a value of ``secrets`` (the run's, when known) they quote is stored
+    as a reference (SPEC §7).
+    """
+    import traceback
+
+    if secrets is None:
+        secrets = redact.NO_SECRETS
+    try:
+        text = secrets.conceal_text(str(exc))
+    except Exception:
+        text = "<the exception's message could not be read>"
+    what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    try:
+        tb = secrets.conceal_text("".join(traceback.format_exception(exc)))
+    except Exception:
+        tb = what
+    return {"code": "internal", "type": type(exc).__name__,
+            "message": f"unexpected error in planrun{where} ({what[:500]}); this is a bug "
+            f"in planrun — `planrun log {run_id} --tracebacks` shows where", "traceback": tb}
+
+
+#: Default bound on re-dispatches of a call cut short by a crash (SPEC §5 ``max_recoveries``).
+MAX_RECOVERIES = 3
+
+
+def crash_points() -> frozenset[tuple[str, str]]:
+    """The (point, step) pairs ``PLANRUN_TEST_CRASH`` names."""
+    raw = os.environ.get(CRASH_ENV, "")
+    out = set()
+    for part in raw.split(","):
+        point, _, step = part.strip().partition(":")
+        if point in CRASH_POINTS and step:
+            out.add((point, step))
+    return frozenset(out)
+
+
+def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int | None,
+                    arguments: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of {plan, root run, step, item, tool, arguments} (SPEC §7).
+
+    ``arguments`` are in reference form (:mod:`planrun.redact`): a secret counts by its
+    parameter's name, never its value. With ``key_arguments`` only those arguments count.
+    """
+    keys = step.tool.entry.key_arguments
+    args = {k: arguments.get(k) for k in keys} if keys is not None else arguments
+    return digest({"plan": plan, "root_run_id": root_run_id, "step": step.id, "item": item,
+                   "tool": step.tool.name, "arguments": args})
+
+
+def listing(indices: list[int], most: int = 10) -> str:
+    """``1, 2, 3 and N more``: at most ``most`` indices."""
+    shown = ", ".join(map(str, indices[:most]))
+    return shown + (f" and {len(indices) - most} more" if len(indices) > most else "")
+
+
+class Heartbeat(threading.Thread):
+    """Renews the run's lease from a thread of its own, on a journal connection of its own.
+
+    The event loop may be blocked by a tool (an ``async def`` tool that calls
+    ``time.sleep``): the lease must not depend on tools behaving (SPEC §7 "Leases").
+    When the lease is found taken, ``on_lost`` is called from this thread, once.
+    """
+
+    def __init__(self, path: Path | str, run_ids: list[str], owner: str,
+                 on_lost: Callable[[], None]) -> None:
+        super().__init__(name="planrun-lease", daemon=True)
+        self.path, self.run_ids, self.owner, self.on_lost = path, run_ids, owner, on_lost
+        self.ttl = lease_ttl()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        """Renew every ``ttl / 3`` seconds until stopped or the lease is found taken."""
+        journal: Journal | None = None
+        try:
+            while not self.stopped.wait(self.ttl / 3):
+                try:
+                    if journal is None:
+                        journal = Journal(self.path, write=True)
+                    held = [journal.renew_lease(rid, self.owner, ttl=self.ttl)
+                            for rid in self.run_ids]
+                except Exception:  # a busy or failing journal: try again at the next beat
+                    continue
+                if not held[0]:
+                    if not self.stopped.is_set():
+                        self.on_lost()
+                    return
+        finally:
+            if journal is not None:
+                with contextlib.suppress(Exception):
+                    journal.close()
+
+    def stop(self) -> None:
+        """Stop renewing (returns at once; the thread ends at its next beat)."""
+        self.stopped.set()
+
+
+class Slots:
+    """Acquire semaphores in a fixed order (pool first, then the run's limit)."""
+
+    def __init__(self, sems: list[asyncio.Semaphore], journal: Journal) -> None:
+        self.sems = sems
+        self.journal = journal
+        self.held: list[asyncio.Semaphore] = []
+
+    async def __aenter__(self) -> None:
+        if any(sem.locked() for sem in self.sems):
+            self.journal.flush()  # about to wait: no outcome may sit uncommitted meanwhile
+        try:
+            for sem in self.sems:
+                await sem.acquire()
+                self.held.append(sem)
+        except BaseException:
+            await self.__aexit__()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        while self.held:
+            self.held.pop().release()
+
+
+#: A step output kept in the journal (a fan-out's list), loaded when a reference needs it.
+IN_JOURNAL: Any = object()
+
+
+@dataclass
+class Outcome:
+    """How one call (or a replay, or a failure before the call) ended."""
+
+    status: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+    replayed: bool = False
+
+
+@dataclass
+class StepState:
+    """What the scheduler knows of one step during a run."""
+
+    status: str = "pending"
+    output: Any = None
+    reason: str | None = None
+
+

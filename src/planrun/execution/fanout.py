@@ -1,0 +1,172 @@
+"""Fan-out: one call per item of ``for_each``, each journaled on its own (SPEC §3).
+
+Items are dispatched in index order by at most ``max_parallel`` workers; item outputs stay
+in the journal and the step's output (the ordered list of them) is assembled there, so
+memory does not grow with the number of items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import redact
+from ..errors import PlanrunError
+from ..params import ResolveError, resolve
+from ..validation import CheckedStep
+from .base import RunParts
+from .common import (
+    BEFORE_CALL,
+    IN_JOURNAL,
+    MAX_ITEMS,
+    Outcome,
+    inject_fault,
+    internal_error,
+    listing,
+)
+
+
+@dataclass
+class _Items:
+    """How a fan-out's items went so far (shared by its workers)."""
+
+    source: list[Any]
+    statuses: list[str]
+    stop_on_error: bool
+    failed: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    unknown: list[int] = field(default_factory=list)
+    halted: bool = False
+    left: int = 0
+
+
+class FanOut(RunParts):
+    """The executor's part that runs a ``for_each`` step's items."""
+
+    async def _fan_out(self, step: CheckedStep) -> None:
+        """Run the step's items; settle the step when they are all done (or halted)."""
+        source = self._fan_source(step)
+        if source is None:
+            return
+        statuses = self.journal.fanout_begin(self.run_id, step.id, len(source))
+        self.state[step.id].status = "running"
+        self._emit("started", step.id, items=len(source),
+                   done=sum(1 for st in statuses if st == "succeeded"))
+        items = _Items(source, statuses,
+                       stop_on_error=(step.raw.get("on_item_error") or "fail") == "fail")
+        indices = iter(range(len(source)))
+
+        async def worker() -> None:
+            for idx in indices:  # shared: items are taken in index order
+                await self._fan_item(step, items, idx)
+            self.journal.flush()  # this worker waits no more: commit its last outcome
+
+        width = min(step.raw.get("max_parallel") or self.max_parallel, len(source)) or 1
+        await asyncio.gather(*(worker() for _ in range(width)))
+        self._fan_finish(step, items)
+
+    def _fan_source(self, step: CheckedStep) -> list[Any] | None:
+        """The items of ``for_each``, or None when the step failed (it is journaled)."""
+        try:
+            source = redact.expand(resolve(step.for_each, self._lookup(step)),
+                                   self.plan.params)
+        except (ResolveError, redact.SecretMissing) as exc:
+            self._fail_now(step, "reference", str(exc))
+            return None
+        if not isinstance(source, list):
+            self._fail_now(step, "for_each", f"for_each gave {type(source).__name__}, not a "
+                           "list")
+            return None
+        limit = step.raw.get("max_items") or MAX_ITEMS
+        if len(source) > limit:
+            self._fail_now(step, "max_items", f"for_each gave {len(source):,} items, more "
+                           f"than max_items ({limit:,}); nothing was run (never truncated)")
+            return None
+        return source
+
+    def _halting(self, items: _Items) -> bool:
+        return items.halted or self.stopping is not None or self.signal_exit is not None
+
+    async def _fan_item(self, step: CheckedStep, items: _Items, idx: int) -> None:
+        status = items.statuses[idx]
+        if status == "succeeded":
+            return
+        if status in ("failed", "skipped"):
+            items.failed.append((idx, {"code": "failed", "message": "failed in an earlier "
+                                       "attempt of this run"}))
+            return
+        if self._halting(items):
+            items.left += 1
+            return  # stays pending
+        prepared = self._prepare_item(step, items, idx)
+        if isinstance(prepared, Outcome):
+            outcome = prepared
+            if outcome.status == "failed":
+                self.journal.step_finished(self.run_id, step.id, status="failed",
+                                           key=None, error=outcome.error,
+                                           expect=BEFORE_CALL, item=idx)
+        else:
+            async with self._slots(step):
+                if self._halting(items):
+                    items.left += 1
+                    return  # stays pending
+                outcome = await self._attempts(step, prepared[0], prepared[1], idx)
+        self._fan_note(step, items, idx, outcome)
+
+    def _prepare_item(self, step: CheckedStep, items: _Items, idx: int
+                      ) -> tuple[dict[str, Any], str] | Outcome:
+        try:
+            inject_fault("prepare", step.id, idx)
+            return self._prepare(step, self._lookup(step, items.source[idx], idx), idx)
+        except PlanrunError:
+            raise
+        except Exception as exc:  # a bug before the item's call: the item fails
+            return Outcome("failed", error=internal_error(
+                exc, f" while handling item {idx} of step {step.id!r}", self.run_id,
+                self._secrets))
+
+    def _fan_note(self, step: CheckedStep, items: _Items, idx: int, outcome: Outcome) -> None:
+        """Count one item's outcome (and halt the others when it calls for it)."""
+        if outcome.status == "pending":
+            items.left += 1
+            return
+        self._emit("item_done", step.id, index=idx, status=outcome.status)
+        if outcome.status == "failed":
+            assert outcome.error is not None
+            items.failed.append((idx, outcome.error))
+            items.halted = items.halted or items.stop_on_error
+        elif outcome.status == "indeterminate":
+            items.unknown.append(idx)
+            items.halted = True
+
+    def _fan_finish(self, step: CheckedStep, items: _Items) -> None:
+        """Journal and settle the step from its items' outcomes."""
+        error: dict[str, Any]
+        if items.unknown:
+            error = {"code": "indeterminate", "message": f"item(s) {listing(items.unknown)} "
+                     "have an unknown effect"}
+            self._fan_settle(step, "indeterminate", error)
+        elif items.failed:
+            failed = sorted(items.failed)
+            first = failed[0][1].get("message", "")
+            error = {"code": "items_failed",
+                     "message": f"item(s) {listing([i for i, _ in failed])} failed; item "
+                     f"{failed[0][0]}: {first}",
+                     "items": [{"index": i, "code": e.get("code"), "message": e.get("message")}
+                               for i, e in failed[:100]]}
+            self._fan_settle(step, "failed", error)
+        elif items.left and self.signal_exit is not None:
+            pass  # interrupted: the step stays running with items pending; resume finishes it
+        elif items.left:
+            error = {"code": "stopped", "message": f"{self.stopping}; {items.left} item(s) "
+                     "were not run"}
+            self._fan_settle(step, "failed", error)
+        else:
+            self.journal.fanout_succeeded(self.run_id, step.id)
+            st = self.state[step.id]
+            st.status, st.output = "succeeded", IN_JOURNAL
+            self._emit("succeeded", step.id)
+
+    def _fan_settle(self, step: CheckedStep, status: str, error: dict[str, Any]) -> None:
+        self.journal.step_finished(self.run_id, step.id, status=status, key=None, error=error)
+        self._settle(step, Outcome(status, error=error))

@@ -1,0 +1,296 @@
+"""The scheduler: the run's loop, signals, the lease and the run's timeout (SPEC §5).
+
+An asyncio loop over :class:`graphlib.TopologicalSorter` (``get_ready()`` / ``done()``):
+steps whose dependencies succeeded are dispatched, ties broken by the order steps are
+written in (:class:`planrun.graph.ReadyQueue`); at most ``max_parallel`` calls run at
+once. Every step follows *record, then call, then record*: the dispatch record
+(``running`` + idempotency key) commits before the tool is called, the outcome
+(``succeeded`` with output / ``failed`` with error) commits after it. All journal writes
+happen on the loop's thread: one writer. Calls are made by a
+:class:`~planrun.dispatch.Dispatcher` (default: :class:`~planrun.dispatch.local.LocalDispatcher`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import graphlib
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..dispatch.base import Dispatcher
+from ..errors import EXIT_SIGINT, EXIT_SIGTERM, PlanrunError
+from ..graph import ReadyQueue
+from ..journal import Journal
+from ..journal.store import LeaseLost
+from ..redact import Secrets
+from ..validation import CheckedPlan
+from .attempts import Attempts
+from .common import GRACE_S, Heartbeat, Progress, StepState, crash_points, inject_fault
+from .fanout import FanOut
+from .steps import Steps
+
+_DONE = ("succeeded", "skipped", "failed", "indeterminate")
+
+
+@dataclass
+class Executor(Steps, FanOut, Attempts):
+    """Runs the pending steps of one journaled run.
+
+    Args:
+        journal: the journal (open for writing).
+        plan: the checked plan.
+        run_id: the run.
+        root_run_id: the first run of its lineage (part of idempotency keys).
+        project: the project folder (commands run there).
+        max_parallel: calls running at once.
+        keep_going: after a failure, go on with steps that do not depend on it.
+        state: known step states (succeeded steps are not run again).
+        progress: optional callback ``(kind, step_id, info)`` for display.
+        owner: this process's lease owner string (renewed while running), or None.
+        pools: concurrency pools, NAME → most calls at once (``[pools]``).
+        fresh: a new run (not resumed or retried): no idempotency key can exist yet.
+        also_leased: other runs whose lease this process holds and renews (a retry holds
+            its parent's).
+        grace_s: seconds running calls get after the first SIGINT/SIGTERM.
+        dispatcher: what makes the calls (default: a
+            :class:`~planrun.dispatch.local.LocalDispatcher` for ``project``).
+    """
+
+    journal: Journal
+    plan: CheckedPlan
+    run_id: str
+    root_run_id: str
+    project: Path
+    max_parallel: int = 4
+    keep_going: bool = False
+    state: dict[str, StepState] = field(default_factory=dict)
+    progress: Progress | None = None
+    owner: str | None = None
+    pools: dict[str, int] = field(default_factory=dict)
+    fresh: bool = False
+    also_leased: list[str] = field(default_factory=list)
+    grace_s: float = GRACE_S
+    dispatcher: Dispatcher | None = None
+    stopping: str | None = None
+    cancel_reason: tuple[str, str] | None = None
+    signal_exit: int | None = None
+    lost: bool = False
+    #: Tool calls running now (each fan-out item is one).
+    _calls: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dispatcher is None:
+            from ..dispatch.local import LocalDispatcher
+
+            tools = {s.tool.name: s.tool for s in self.plan.steps}
+            self.dispatcher = LocalDispatcher(self.project, tools, self.max_parallel)
+        self._dispatcher = self.dispatcher
+        self._secrets = Secrets.of_plan(self.plan)
+
+    @property
+    def abandoned(self) -> int:
+        """Python calls left running in threads (cancelled or timed out)."""
+        return self._dispatcher.abandoned
+
+    def run(self) -> str:
+        """Run to the end.
+
+        Returns:
+            The run status: ``completed`` | ``failed`` | ``interrupted`` (then
+            :attr:`signal_exit` is 130 or 143).
+
+        Raises:
+            LeaseLost: another process took the run's lease (``abandoned_calls`` set).
+        """
+        for s in self.plan.steps:
+            self.state.setdefault(s.id, StepState())
+        self._crash = crash_points()
+        try:
+            with self._dispatcher.session(self._secrets):
+                asyncio.run(self._main())
+        except LeaseLost:
+            self.lost = True
+        if self.lost:
+            raise self._lease_lost_error()
+        if self.signal_exit is not None:
+            if any(st.status not in ("succeeded", "failed", "skipped")
+                   for st in self.state.values()):
+                return "interrupted"
+            # Every call finished within the grace period and nothing is left to run: the
+            # run ends as what it is, not "interrupted" (issue 10, bug 6).
+            self.signal_exit = None
+        bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
+        return "failed" if bad else "completed"
+
+    def _lease_lost_error(self) -> LeaseLost:
+        self.journal.drop_deferred()
+        holder = self.journal.lease_holder(self.run_id)
+        lost = LeaseLost(
+            f"run {self.run_id}: this process lost the run's lease to "
+            f"{holder or 'nobody'}; its calls were cancelled and it journals nothing more",
+            hint=f"See what the run is doing with planrun status {self.run_id}.")
+        lost.abandoned_calls = self.abandoned  # type: ignore[attr-defined]
+        return lost
+
+    def _crash_at(self, point: str, sid: str, item: int | None = None) -> None:
+        if self._crash and ((point, sid) in self._crash
+                            or (item is not None and (point, f"{sid}#{item}") in self._crash)):
+            if point == "outcome":
+                self.journal.flush()  # the point is "after the outcome record commits"
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # --- signals and the lease ----------------------------------------------------------
+
+    def _on_signal(self, signum: int) -> None:
+        if self.signal_exit is None:
+            self.signal_exit = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+            self.stopping = "interrupted"
+            n = self._calls  # tool calls, fan-out items each (not steps)
+            self._emit("interrupt", "", running=n, grace_s=self.grace_s)
+            if self._running:
+                self._grace = asyncio.get_running_loop().call_later(
+                    self.grace_s, self._cancel_running)
+        elif signum == signal.SIGINT:
+            self._emit("cancel", "", running=self._calls)
+            self._cancel_running()
+
+    def _run_timeout(self) -> None:
+        """The plan's whole-run ``timeout`` ran out: stop and cancel what is running."""
+        self.stopping = f"the run's timeout of {self.plan.timeout} s ran out"
+        self.cancel_reason = ("timeout", self.stopping)
+        self._emit("timeout", "", running=self._calls)
+        self._cancel_running()
+
+    def _cancel_running(self) -> None:
+        for task in self._running:
+            task.cancel()
+
+    def _lease_taken(self) -> None:
+        """From the heartbeat thread: the lease is gone. End our commands' groups now.
+
+        The loop may be blocked by a tool; the calls are cancelled on it when it runs.
+        """
+        self._dispatcher.end_all()
+        with contextlib.suppress(RuntimeError):  # the loop already closed: the run ended
+            self._loop.call_soon_threadsafe(self._on_lease_lost)
+
+    def _on_lease_lost(self) -> None:
+        """Another process has the run: stop, cancel every call, write nothing more."""
+        if self.lost:
+            return
+        self.lost = True
+        self.stopping = "the run's lease was taken by another process"
+        self.cancel_reason = ("lease_lost", self.stopping)
+        self._emit("lease_lost", "")
+        self._cancel_running()
+
+    def _emit(self, kind: str, sid: str, **info: Any) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(kind, sid, info)
+            except Exception:
+                # The display is a report, never part of the run (SPEC §5: output never
+                # changes an outcome): a display that fails is switched off.
+                self.progress = None
+
+    # --- the loop -----------------------------------------------------------------------
+
+    async def _main(self) -> None:
+        self._batch = None
+        self._sem = asyncio.Semaphore(self.max_parallel)
+        self._pools = {name: asyncio.Semaphore(n) for name, n in self.pools.items()}
+        self._running = {}
+        loop = self._loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        beat = None
+        if self.owner:
+            beat = Heartbeat(self.journal.path, [self.run_id, *self.also_leased], self.owner,
+                             self._lease_taken)
+            beat.start()
+        deadline = (loop.call_later(self.plan.timeout, self._run_timeout)
+                    if self.plan.timeout else None)
+        try:
+            await self._schedule()
+        except Exception as exc:
+            if not isinstance(exc, PlanrunError) and self._running:
+                # A bug in the scheduler: the calls under way are cut short, journaled
+                # indeterminate with code ``internal`` (their effect is unknown).
+                self.cancel_reason = ("internal", "planrun hit an unexpected error")
+                self._cancel_running()
+                await asyncio.gather(*self._running, return_exceptions=True)
+            raise
+        finally:
+            if beat is not None:
+                beat.stop()
+                beat.join(timeout=2.0)  # it closes its journal connection
+            if deadline is not None:
+                deadline.cancel()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+            if not self.lost:
+                self.journal.flush()
+
+    async def _schedule(self) -> None:
+        sorter = graphlib.TopologicalSorter(self.plan.deps)
+        sorter.prepare()
+        ready = ReadyQueue(self._positions())
+        running = self._running
+        while sorter.is_active():
+            ready.add(sorter.get_ready())
+            while ready and self.signal_exit is None and not self.lost:
+                sid = ready.pop()
+                inject_fault("schedule", sid)
+                if self._settled_before(sid):
+                    sorter.done(sid)
+                else:
+                    running[asyncio.create_task(self._run_step(self.plan.by_id[sid]))] = sid
+            if not running:
+                if self.signal_exit is not None or self.lost:
+                    return  # interrupted: what was not dispatched stays pending
+                continue
+            await self._commit_pending()
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=lambda t: self.plan.by_id[running[t]].index):
+                sid = running.pop(task)
+                if task.exception() is not None:
+                    # a journal error (or a bug): stop the other calls, then report it once
+                    for other in running:
+                        other.cancel()
+                    await asyncio.gather(*running, return_exceptions=True)
+                    task.result()
+                sorter.done(sid)
+
+    def _positions(self) -> dict[str, int]:
+        return {s.id: s.index for s in self.plan.steps}
+
+    def _settled_before(self, sid: str) -> bool:
+        """True when the ready step needs no task: done already, blocked, or stopped."""
+        if self.state[sid].status in _DONE:
+            return True
+        blocked = self._blocked(self.plan.by_id[sid])
+        if blocked is not None:
+            self._skip(sid, *blocked)
+            return True
+        if self.stopping is not None:
+            self._skip(sid, self._stop_reason(), self.stopping)
+            return True
+        return False
+
+    async def _commit_pending(self) -> None:
+        """Before waiting on calls that may take long, commit what is deferred."""
+        if self.journal.pending_writes:
+            # Let the tasks just created write their dispatch records (which carry the
+            # deferred outcomes in the same commit), then commit whatever is left.
+            await asyncio.sleep(0)
+            try:
+                self.journal.flush()
+            except LeaseLost:
+                self._on_lease_lost()

@@ -1,0 +1,222 @@
+"""One step from ready to settled: conditions, blocked dependencies, arguments, keys.
+
+A step the scheduler hands over is skipped (its condition is false, a dependency did not
+succeed), failed before any call (a reference or argument that does not resolve, SPEC
+§5), replayed (its idempotency key already succeeded), fanned out, or called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from .. import redact
+from ..errors import PlanrunError
+from ..graph import ancestors
+from ..journal.store import LeaseLost
+from ..params import IndexRef, ItemRef, Ref, ResolveError, StepRef, resolve
+from ..validation import CheckedStep
+from .base import RunParts
+from .common import (
+    BEFORE_CALL,
+    IN_JOURNAL,
+    Outcome,
+    idempotency_key,
+    inject_fault,
+    internal_error,
+)
+
+
+class Steps(RunParts):
+    """The executor's part that takes one step from ready to settled."""
+
+    async def _run_step(self, step: CheckedStep) -> None:
+        try:
+            await self._step(step)
+        except asyncio.CancelledError:
+            # Cancelled before its call was dispatched, or between attempts: the journal
+            # holds it as pending, so resume runs it.
+            return
+        except LeaseLost:
+            # The journal refused a write: another process has the run. Stop everything.
+            self._on_lease_lost()
+        except PlanrunError:
+            raise  # the journal is unusable or the lease is lost: the run cannot go on
+        except Exception as exc:
+            # A bug while handling the step, before its tool was called (a bug after the
+            # dispatch is settled in _attempts): the step fails with code ``internal`` and
+            # the run stops as on any failure (SPEC §5), never left ``running``.
+            error = internal_error(exc, f" while handling step {step.id!r}",
+                                   self.run_id, self._secrets)
+            self._fail_now(step, "internal", error["message"],
+                           traceback=error["traceback"])
+
+    async def _step(self, step: CheckedStep) -> None:
+        inject_fault("prepare", step.id)
+        if step.when is not None and not self._when(step):
+            return
+        if step.for_each is not None:
+            await self._fan_out(step)
+            return
+        prepared = self._prepare(step, self._lookup(step), None)
+        if isinstance(prepared, Outcome):
+            if prepared.status == "failed":
+                assert prepared.error is not None
+                self._fail_now(step, prepared.error["code"], prepared.error["message"])
+            else:
+                self._settle(step, prepared)
+            return
+        arguments, key = prepared
+        async with self._slots(step):
+            if self.signal_exit is not None:
+                return  # stays pending
+            if self.stopping is not None:
+                self._skip(step.id, self._stop_reason(), self.stopping)
+                return
+            self._settle(step, await self._attempts(step, arguments, key, None))
+
+    def _when(self, step: CheckedStep) -> bool:
+        """Evaluate the step's condition; False when the step was failed or skipped."""
+        from ..conditions import ConditionError, evaluate
+
+        assert step.when is not None
+        try:
+            above = ancestors(step.id, self.plan.deps)
+            outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
+                       for sid, st in self.state.items()
+                       if st.status == "succeeded" and sid in above}
+            go = evaluate(step.when, self.plan.params, outputs)
+        except redact.SecretMissing as exc:
+            self._fail_now(step, "reference", str(exc))
+            return False
+        except ConditionError as exc:
+            # the library's words may quote a value: masked, the expression kept
+            self._fail_now(step, "condition", self._secrets.conceal_text(
+                str(exc), keep=(repr(step.when), "cannot evaluate ", " gave ",
+                                ", not true or false")))
+            return False
+        if not go:
+            self._skip(step.id, "condition", f"when is false: {step.when}")
+        return bool(go)
+
+    def _prepare(self, step: CheckedStep, lookup: Callable[[Ref], Any], item: int | None
+                 ) -> tuple[dict[str, Any], str] | Outcome:
+        """Resolve and check a call's arguments and key.
+
+        Returns an Outcome instead when no call is due (a failure before the call, or a
+        replay of an already-succeeded key). The arguments returned are the values to call
+        with; the key is computed over their reference form (SPEC §7).
+        """
+        if step.static:
+            stored = step.arguments  # fully known at validation, and checked there
+        else:
+            try:
+                stored = resolve(step.arguments, lookup)
+            except ResolveError as exc:
+                return Outcome("failed", error={"code": "reference", "message": str(exc)})
+        try:
+            arguments = redact.reveal(stored, self.plan.params)
+        except redact.SecretMissing as exc:
+            return Outcome("failed", error={"code": "reference", "message": str(exc)})
+        if not step.static:
+            from ..validation import argument_problems
+
+            problems = argument_problems(step.tool, arguments, stored)
+            if problems:
+                return Outcome("failed", error={"code": "arguments", "message": "; ".join(
+                    f"{p or '/'}: {m}" for p, m, _k in problems)})
+        key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
+                              item=item, arguments=stored)
+        # A fresh run's keys are new (its own id is part of each), so only a resumed or
+        # retried run can find one already succeeded.
+        done, output = (False, None) if self.fresh else self.journal.succeeded_key(key)
+        if done:
+            self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key",
+                                       item=item)
+            return Outcome("succeeded", output=output, replayed=True)
+        return arguments, key
+
+    def _lookup(self, step: CheckedStep, item: Any = None, index: int | None = None
+                ) -> Callable[[Ref], Any]:
+        values = self.plan.params
+
+        def lookup(ref: Ref) -> Any:
+            try:
+                if isinstance(ref, StepRef):
+                    return redact.follow(self._output(ref.step), ref.path,
+                                         f"steps.{ref.step}.output", values)
+                if isinstance(ref, ItemRef):
+                    return redact.follow(item, ref.path, "item", values)
+            except redact.SecretMissing as exc:
+                raise ResolveError(str(exc)) from None
+            if isinstance(ref, IndexRef):
+                return index
+            raise ResolveError(f"unexpected placeholder {ref.source()}")
+        return lookup
+
+    def _output(self, sid: str) -> Any:
+        st = self.state[sid]
+        if st.output is IN_JOURNAL:
+            found = self.journal.step_output(self.run_id, sid)
+            st.output = found[1] if found else None
+        return st.output
+
+    def _blocked(self, step: CheckedStep) -> tuple[str, str] | None:
+        """(reason, message) when a dependency did not succeed."""
+        reason: tuple[str, str] | None = None
+        for dep in step.depends_on:
+            st = self.state[dep]
+            if st.status == "succeeded":
+                continue
+            if st.status == "skipped" and st.reason == "condition":
+                reason = reason or ("condition", f"dependency {dep!r} was skipped by its "
+                                    "condition")
+                continue
+            return ("dependency", f"dependency {dep!r} {st.status}")
+        return reason
+
+    def _skip(self, sid: str, reason: str, message: str) -> None:
+        self.journal.step_skipped(self.run_id, sid, reason, message)
+        st = self.state[sid]
+        st.status, st.reason = "skipped", reason
+        self._emit("skipped", sid, reason=reason, message=message)
+
+    def _stop_reason(self) -> str:
+        return self.cancel_reason[0] if self.cancel_reason else "stopped"
+
+    def _stop(self, sid: str, status: str) -> None:
+        if not self.keep_going and self.stopping is None:
+            self.stopping = f"the run stopped after step {sid!r} {status}"
+
+    def _fail_now(self, step: CheckedStep, code: str, message: str,
+                  expect: str | tuple[str, ...] = BEFORE_CALL,
+                  traceback: str | None = None) -> None:
+        """Fail a step before its tool is called (no dispatch record).
+
+        The step is pending, or is being dispatched again after a crash (SPEC §5: a
+        run-time check that fails then fails the step with its code, never the journal).
+        """
+        error = {"code": code, "message": message}
+        if traceback:
+            error["traceback"] = traceback
+        self.journal.step_finished(self.run_id, step.id, status="failed", key=None,
+                                   error=error, expect=expect)
+        self.state[step.id].status = "failed"
+        self._emit("failed", step.id, error={"code": code, "message": message})
+        self._stop(step.id, "failed")
+
+    def _settle(self, step: CheckedStep, outcome: Outcome) -> None:
+        """Record a plain step's outcome in memory (the journal already has it)."""
+        st = self.state[step.id]
+        st.status = outcome.status
+        if outcome.status == "succeeded":
+            st.output = outcome.output
+            self._emit("replayed" if outcome.replayed else "succeeded", step.id)
+        elif outcome.status in ("failed", "indeterminate"):
+            self._emit(outcome.status, step.id, error=outcome.error)
+            code = (outcome.error or {}).get("code")
+            self._stop(step.id, "failed" if outcome.status == "failed" else "timed out"
+                       if code == "timeout" else "ended with an unknown effect")
+        elif outcome.status == "pending":
+            st.status = "pending"  # journaled pending too: resume runs it
