@@ -178,12 +178,12 @@ def test_a_lost_call_is_indeterminate_and_stops_the_run(dproject: Project) -> No
 
 
 def test_a_lost_call_of_a_non_idempotent_tool_needs_a_person(dproject: Project) -> None:
-    from planrun import lifecycle
+    from planrun import api
 
     plan(dproject, "lost2", "  - {id: a, tool: once}\n")
     manifest = run(dproject, "lost2", ScriptedDispatcher({"a": Lost()}))
     with pytest.raises(PlanrunError) as exc:
-        lifecycle.retry(dproject.settings(), manifest["run_id"])
+        api.retry(dproject.settings(), manifest["run_id"])
     assert exc.value.code == "indeterminate"
     assert not (dproject.root / "dcalls.log").exists()  # nothing called it again
 
@@ -195,14 +195,14 @@ def test_a_lost_call_of_a_non_idempotent_tool_needs_a_person(dproject: Project) 
     "Journal._refuse_live_claim"))
 def test_a_lost_call_of_an_idempotent_tool_runs_again_under_the_same_key(
         dproject: Project) -> None:
-    from planrun import lifecycle
+    from planrun import api
 
     plan(dproject, "lost3", "  - {id: a, tool: work}\n  - {id: b, tool: work, depends_on: [a]}\n")
     script = ScriptedDispatcher({"a": Lost(seconds=0.01)})
     manifest = run(dproject, "lost3", script)
     assert status(manifest) == {"a": "indeterminate", "b": "skipped"}
-    again = lifecycle.retry(dproject.settings(), manifest["run_id"])  # the local dispatcher
-    assert again["status"] == "completed"
+    again = api.retry(dproject.settings(), manifest["run_id"])  # the local dispatcher
+    assert again.manifest["status"] == "completed"
     called = (dproject.root / "dcalls.log").read_text().splitlines()
     keys = dict(json.loads(line) for line in called)
     assert keys["a"] == script.calls[0].context.idempotency_key
