@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import random
 import re
@@ -63,7 +64,7 @@ TESTS: dict[str, tuple[list[str], list[str]]] = {
 
 #: ``AND column op value`` inside a SQL string: the clause a guard mutant removes.
 SQL_GUARD = re.compile(
-    r" AND [a-z_.]+ (?:=|!=|<|>|<=|>=|IN|IS(?: NOT)?) "
+    r" ?\bAND (?:\"\s*\")?[a-z_.]+ (?:=|!=|<|>|<=|>=|IN|IS(?: NOT)?) "
     r"(?:\?|'[a-z_]*'|\([^)]*\)|NULL|[a-z_.]+)", re.IGNORECASE)
 
 
@@ -165,9 +166,14 @@ def operator_mutants(module: str, out: Outcome, work: Path, region: Region,
         # cosmic-ray runs the command without a shell: give it one for the ``&&``.
         f"test-command = {_toml_string('sh -c ' + shlex.quote(_test_command(module)))}\n"
         '[cosmic-ray.distributor]\nname = "local"\n')
-    _run(["cosmic-ray", "init", str(config), str(session)])
+    if session.exists():  # a kept session (--keep): run what is left of it
+        print(f"{module}: resuming {session}", flush=True)
+        _run(["cosmic-ray", "exec", str(config), str(session)], quiet=True)
+        sample = -1
+    else:
+        _run(["cosmic-ray", "init", str(config), str(session)])
     with use_db(str(session), WorkDB.Mode.open) as db:
-        items = sorted(db.work_items, key=lambda item: item.job_id)
+        items = [] if sample < 0 else sorted(db.work_items, key=lambda item: item.job_id)
         wanted = [item for item in items
                   if all(region.wanted(m.start_pos, m.end_pos) for m in item.mutations)]
         skipped = len(items) - len(wanted)
@@ -175,8 +181,10 @@ def operator_mutants(module: str, out: Outcome, work: Path, region: Region,
         left_out = {item.job_id for item in items} - {item.job_id for item in chosen}
         for job_id in left_out:
             db.set_result(job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-        print(f"{module}: {len(chosen)} operator mutants run ({skipped} skipped: annotations "
-              f"or outside the region; {len(wanted) - len(chosen)} not sampled)", flush=True)
+        if items:
+            print(f"{module}: {len(chosen)} operator mutants to run ({skipped} skipped: "
+                  f"annotations or outside the region; {len(wanted) - len(chosen)} not "
+                  "sampled)", flush=True)
     _run(["cosmic-ray", "exec", str(config), str(session)], quiet=True)
     equivalent = _equivalent()
     conn = sqlite3.connect(session)
@@ -303,8 +311,13 @@ def main() -> int:
     parser.add_argument("--lines", default="", help="only mutants on lines FIRST-LAST")
     parser.add_argument("--sample", type=int, default=0,
                         help="run only N operator mutants, a fixed pseudo-random choice")
+    parser.add_argument("--keep", metavar="DIR", default="",
+                        help="keep cosmic-ray's session in DIR; a run interrupted resumes "
+                             "from it (only the mutants not yet run)")
     parser.add_argument("--list", action="store_true", help="list modules and their tests")
     args = parser.parse_args()
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
     if args.list or not args.modules:
         for module in TESTS:
             print(f"{module}: {_test_command(module)}")
@@ -316,7 +329,8 @@ def main() -> int:
     lines = tuple(int(n) for n in args.lines.split("-")) if args.lines else None
     outcomes = []
     try:
-        with tempfile.TemporaryDirectory(prefix="planrun-mutation-") as tmp:
+        with (contextlib.nullcontext(args.keep) if args.keep
+              else tempfile.TemporaryDirectory(prefix="planrun-mutation-")) as tmp:
             for module in args.modules:
                 out = Outcome(module)
                 started = time.monotonic()

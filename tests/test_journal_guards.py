@@ -8,6 +8,7 @@ writer, and compares the whole state before and after.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from planrun.errors import JournalError, RunError
+from planrun.errors import JournalError, RunError, UsageError
 from planrun.journal import Journal, now
 
 HOST = socket.gethostname()
@@ -249,6 +250,57 @@ def test_resolve_refuses_a_step_that_is_not_indeterminate(journal: Journal, path
         journal.resolve_step(RUN, "a", succeeded=True, output=1, reason=None,
                              decided_by="me")
     assert caught.value.code == "not_indeterminate"
+    assert _state(path) == before
+
+
+@pytest.mark.parametrize("item", [None, 0], ids=["step", "item"])
+@pytest.mark.parametrize("start", ["indeterminate", "running"])
+def test_resolve_as_failed_records_the_error_and_releases_the_key(
+        journal: Journal, path: Path, start: str, item: int | None) -> None:
+    _put(path, start, item=item)
+    journal.resolve_step(RUN, "a", succeeded=False, output=None, reason="checked by hand",
+                         decided_by="ops", item=item)
+    table, where = ("steps", "") if item is None else ("items", " AND item_index = 0")
+    row = _sql(path, f"SELECT status, output_json, error_json, finished_at IS NOT NULL "
+               f"FROM {table} WHERE step_id = 'a'{where}")
+    assert row == [("failed", None, '{"code":"resolved_failed","message":"checked by hand"}',
+                    1)]
+    assert _sql(path, "SELECT COUNT(*) FROM idempotency_keys") == [(0,)]
+    [(kind, step, index, data)] = _sql(path, "SELECT kind, step_id, item_index, data_json "
+                                       "FROM events ORDER BY rowid DESC LIMIT 1")
+    assert (kind, step, index) == ("indeterminate_resolved", "a", item)
+    assert json.loads(data) == {"decided_by": "ops", "reason": "checked by hand",
+                                "status": "failed"}
+
+
+def test_resolve_as_failed_without_a_reason_names_who_decided(journal: Journal,
+                                                              path: Path) -> None:
+    _put(path, "indeterminate")
+    journal.resolve_step(RUN, "a", succeeded=False, output=None, reason=None,
+                         decided_by="ops")
+    assert _sql(path, "SELECT error_json FROM steps WHERE step_id = 'a'") == [
+        ('{"code":"resolved_failed","message":"resolved as failed by ops"}',)]
+
+
+@pytest.mark.parametrize("item", [None, 0], ids=["step", "item"])
+def test_resolve_as_succeeded_records_the_output_and_keeps_the_key(
+        journal: Journal, path: Path, item: int | None) -> None:
+    _put(path, "indeterminate", item=item)
+    journal.resolve_step(RUN, "a", succeeded=True, output={"n": 5}, reason=None,
+                         decided_by="ops", item=item)
+    table, where = ("steps", "") if item is None else ("items", " AND item_index = 0")
+    assert _sql(path, f"SELECT status, output_json, error_json FROM {table} "
+                f"WHERE step_id = 'a'{where}") == [("succeeded", '{"n":5}', None)]
+    assert _sql(path, "SELECT key, status, output_json FROM idempotency_keys") == [
+        (KEY, "succeeded", '{"n":5}')]
+
+
+def test_resolve_of_an_unknown_step_is_a_usage_error(journal: Journal, path: Path) -> None:
+    before = _state(path)
+    with pytest.raises(UsageError) as caught:
+        journal.resolve_step(RUN, "zz", succeeded=True, output=1, reason=None,
+                             decided_by="me")
+    assert caught.value.code == "unknown_step"
     assert _state(path) == before
 
 
