@@ -58,7 +58,7 @@ TESTS: dict[str, tuple[list[str], list[str]]] = {
     "params": (["tests/test_params.py"], ["tests/test_validation.py"]),
     "redact": (["tests/test_redact.py"], ["tests/test_secrets.py", "tests/test_policy.py"]),
     "masking": (["tests/test_masking.py"], ["tests/test_secrets.py"]),
-    "journal/store": (["tests/test_journal.py", "tests/test_journal_guards.py"],
+    "journal/store": (["tests/test_journal_guards.py", "tests/test_journal.py"],
                       ["tests/test_executor.py", "tests/test_resume.py"]),
 }
 

@@ -295,6 +295,16 @@ def test_resolve_as_succeeded_records_the_output_and_keeps_the_key(
         (KEY, "succeeded", '{"n":5}')]
 
 
+@pytest.mark.parametrize(("item", "named"), [(None, "step 'a' of run"),
+                                             (0, "step 'a' item 0 of run")])
+def test_resolve_refusal_names_the_step_or_the_item(journal: Journal, path: Path,
+                                                    item: int | None, named: str) -> None:
+    _put(path, "succeeded", item=item)
+    with pytest.raises(RunError, match=f"^not_indeterminate: {named} {RUN} is succeeded, not"):
+        journal.resolve_step(RUN, "a", succeeded=True, output=1, reason=None,
+                             decided_by="me", item=item)
+
+
 def test_resolve_of_an_unknown_step_is_a_usage_error(journal: Journal, path: Path) -> None:
     before = _state(path)
     with pytest.raises(UsageError) as caught:
