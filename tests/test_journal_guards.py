@@ -428,3 +428,29 @@ def test_step_output_of_an_item_reads_that_steps_item(journal: Journal, path: Pa
     assert journal.step_output(RUN, "b", item=0) == ("succeeded", "out-b")
     assert journal.step_output(RUN, "a", item=0) == ("succeeded", "out-a")
     assert journal.step_output(RUN, "a", item=1) is None
+
+
+@pytest.mark.parametrize(("holder", "where"), [
+    (f"{HOST}:{os.getpid()}:livelive", ""),
+    ("elsewhere.invalid:4242:livelive", " on another host"),
+])
+def test_a_live_lease_is_refused_with_its_holder_and_time_left(journal: Journal, path: Path,
+                                                               holder: str, where: str) -> None:
+    """``run_busy`` names the holder and how long its lease still runs (in whole seconds)."""
+    journal.take_lease(RUN, holder, ttl=1000.0)
+    before = _state(path)
+    with pytest.raises(RunError) as caught:
+        journal.take_lease(RUN, f"{HOST}:{os.getpid()}:othother")
+    assert caught.value.code == "run_busy"
+    message = str(caught.value)
+    assert f"another process{where} ({holder}); its lease expires in " in message
+    seconds = int(message.split("its lease expires in ", 1)[1].split(" s", 1)[0])
+    assert 900 <= seconds <= 1000
+    assert _state(path) == before
+
+
+def test_an_expired_lease_without_a_time_is_taken_over(journal: Journal, path: Path) -> None:
+    _sql(path, "UPDATE runs SET lease_owner = ?, lease_expires = ?", "elsewhere.invalid:1:x",
+         time.time() - 1)
+    journal.take_lease(RUN, f"{HOST}:{os.getpid()}:newnewnn")
+    assert _sql(path, "SELECT lease_owner FROM runs") == [(f"{HOST}:{os.getpid()}:newnewnn",)]
