@@ -317,6 +317,8 @@ def test_cut_tail_never_cuts_a_reference() -> None:
     text = f"ab{ref('s')}cd"
     assert redact.cut_tail(text, len(text)) == text
     assert redact.cut_tail(text, 100) == text
+    assert redact.cut_tail(text, len(text) + 1) == text  # shorter than the size: all of it
+    assert redact.cut_tail("plain", 6) == "plain"
     assert redact.cut_tail(text, 2) == "cd"
     assert redact.cut_tail(text, len(text) - 1) == f"b{ref('s')}cd"
     assert redact.cut_tail(text, len(text) - 2) == f"{ref('s')}cd"
