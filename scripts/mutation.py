@@ -3,7 +3,8 @@
 Usage (from the repository root, with ``pip install -e '.[mutation]'``)::
 
     python scripts/mutation.py params redact          # one or more modules
-    python scripts/mutation.py journal/store --sql-only
+    python scripts/mutation.py journal/store --functions renew_lease,withdraw_dispatch
+    python scripts/mutation.py journal/store --lines 470-770 --sql-only
     python scripts/mutation.py --list                 # modules and the tests run against each
 
 Two kinds of mutant, each run against the module's own fast tests first and then the
@@ -18,20 +19,31 @@ Prints one line per surviving mutant (file, line, what changed) and a table of m
 killed and score per module. Survivors that are equivalent (no test can tell them apart)
 are listed in ``scripts/mutation-equivalent.txt`` (one survivor line each, as printed
 after ``SURVIVED line N:``) and left out of the score.
-The source file is restored after every SQL mutant, also on Ctrl-C.
-Not part of CI's default run: a module takes minutes (``canonical`` ~1 min,
-``journal/store`` ~30 min on a 2-core machine).
+Mutants inside annotations are skipped (inert under ``from __future__ import
+annotations``); ``--functions``/``--lines`` restrict a run to a region of the module.
+The source file is restored at the end, also on Ctrl-C or SIGTERM (the cosmic-ray
+process group is ended first); if a run was SIGKILLed, ``git checkout -- src/``.
+Not part of CI's default run: a module takes minutes (see the README's development
+section for the timings on a 2-core machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
+import os
+import random
 import re
 import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,14 +56,15 @@ TESTS: dict[str, tuple[list[str], list[str]]] = {
     "canonical": (["tests/test_canonical.py"], ["tests/test_params.py"]),
     "graph": (["tests/test_graph.py"], ["tests/test_validation.py"]),
     "params": (["tests/test_params.py"], ["tests/test_validation.py"]),
-    "redact": (["tests/test_redact.py"], ["tests/test_policy.py"]),
-    "journal/store": (["tests/test_journal.py", "tests/test_journal_guards.py"],
+    "redact": (["tests/test_redact.py"], ["tests/test_secrets.py", "tests/test_policy.py"]),
+    "masking": (["tests/test_masking.py"], ["tests/test_secrets.py"]),
+    "journal/store": (["tests/test_journal_guards.py", "tests/test_journal.py"],
                       ["tests/test_executor.py", "tests/test_resume.py"]),
 }
 
 #: ``AND column op value`` inside a SQL string: the clause a guard mutant removes.
 SQL_GUARD = re.compile(
-    r" AND [a-z_.]+ (?:=|!=|<|>|<=|>=|IN|IS(?: NOT)?) "
+    r" ?\bAND (?:\"\s*\")?[a-z_.]+ (?:=|!=|<|>|<=|>=|IN|IS(?: NOT)?) "
     r"(?:\?|'[a-z_]*'|\([^)]*\)|NULL|[a-z_.]+)", re.IGNORECASE)
 
 
@@ -63,6 +76,7 @@ class Outcome:
     total: int = 0
     killed: int = 0
     equivalent: int = 0
+    minutes: float = 0.0
 
     @property
     def score(self) -> float:
@@ -71,15 +85,63 @@ class Outcome:
         return 100.0 * self.killed / counted if counted else 100.0
 
 
+def _annotation_spans(tree: ast.AST) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) positions (row, column) of every annotation in ``tree``."""
+    spans = []
+    for node in ast.walk(tree):
+        notes: list[ast.expr | None] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            notes.append(node.returns)
+        elif isinstance(node, ast.arg | ast.AnnAssign):
+            notes.append(node.annotation)
+        spans += [((n.lineno, n.col_offset), (n.end_lineno or n.lineno, n.end_col_offset or 0))
+                  for n in notes if n is not None]
+    return spans
+
+
+def _function_lines(tree: ast.AST, names: set[str]) -> list[tuple[int, int]]:
+    """The (first, last) lines of each function or method named in ``names``."""
+    found = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name in names]
+    missing = names - {n.name for n in ast.walk(tree)
+                       if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    if missing:
+        raise SystemExit(f"no function(s) {sorted(missing)} in the module")
+    return found
+
+
+class Region:
+    """Which mutants of a module to run: outside annotations, inside the chosen lines."""
+
+    def __init__(self, source: str, functions: set[str], lines: tuple[int, int] | None):
+        tree = ast.parse(source)
+        self.annotations = _annotation_spans(tree)
+        self.lines = _function_lines(tree, functions) if functions else []
+        if lines:
+            self.lines.append(lines)
+
+    def wanted(self, start: tuple[int, int], end: tuple[int, int]) -> bool:
+        """Whether to run the mutant spanning ``start``..``end`` ((row, column) each).
+
+        Not inside an annotation (inert under ``from __future__ import annotations``),
+        and inside the chosen functions/lines when there are any.
+        """
+        if any(a <= start and end <= b for a, b in self.annotations):
+            return False
+        return not self.lines or any(a <= start[0] <= b for a, b in self.lines)
+
+
 def _test_command(module: str) -> str:
     own, broader = TESTS[module]
     own = [t for t in own if (ROOT / t).exists()]
     broader = [t for t in broader if (ROOT / t).exists()]
-    run = f"{shlex.quote(sys.executable)} -m pytest -n 0 -x -q -p no:cacheprovider -m 'not slow'"
-    command = f"{run} {' '.join(own)}"
-    if broader:
-        command += f" && {run} {' '.join(broader)}"
-    return command
+    run = (f"PYTHONPATH={shlex.quote(str(ROOT / 'scripts'))}${{PYTHONPATH:+:$PYTHONPATH}} "
+           f"{shlex.quote(sys.executable)} -m pytest -n 0 -x -q -p no:cacheprovider "
+           "-p mutation_plugin -m 'not slow'")
+    suites = [" ".join(tests) for tests in (own, broader) if tests]
+    if not suites:
+        raise SystemExit(f"no tests for {module}: {TESTS[module]}")
+    return " && ".join(f"{run} {tests}" for tests in suites)
 
 
 def _equivalent() -> set[str]:
@@ -89,58 +151,147 @@ def _equivalent() -> set[str]:
             if line.split("#")[0].strip()}
 
 
-def operator_mutants(module: str, out: Outcome, work: Path) -> None:
+def operator_mutants(module: str, out: Outcome, work: Path, region: Region,
+                     sample: int = 0) -> None:
     """Run cosmic-ray on ``module``; add its mutants to ``out`` and print survivors."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
     config = work / f"{module.replace('/', '_')}.toml"
     session = config.with_suffix(".sqlite")
     config.write_text(
         "[cosmic-ray]\n"
         f'module-path = "{(SRC / module).with_suffix(".py")}"\n'
-        "timeout = 120.0\nexcluded-modules = []\n"
+        "timeout = 300.0\nexcluded-modules = []\n"
         # cosmic-ray runs the command without a shell: give it one for the ``&&``.
         f"test-command = {_toml_string('sh -c ' + shlex.quote(_test_command(module)))}\n"
         '[cosmic-ray.distributor]\nname = "local"\n')
-    subprocess.run(["cosmic-ray", "init", str(config), str(session)], check=True, cwd=ROOT)
-    subprocess.run(["cosmic-ray", "exec", str(config), str(session)], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)
+    if session.exists():  # a kept session (--keep): run what is left of it
+        print(f"{module}: resuming {session}", flush=True)
+        _run(["cosmic-ray", "exec", str(config), str(session)], quiet=True)
+        sample = -1
+    else:
+        _run(["cosmic-ray", "init", str(config), str(session)])
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        items = [] if sample < 0 else sorted(db.work_items, key=lambda item: item.job_id)
+        wanted = [item for item in items
+                  if all(region.wanted(m.start_pos, m.end_pos) for m in item.mutations)]
+        skipped = len(items) - len(wanted)
+        chosen = random.Random(0).sample(wanted, sample) if 0 < sample < len(wanted) else wanted
+        left_out = {item.job_id for item in items} - {item.job_id for item in chosen}
+        for job_id in left_out:
+            db.set_result(job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+        if items:
+            print(f"{module}: {len(chosen)} operator mutants to run ({skipped} skipped: "
+                  f"annotations or outside the region; {len(wanted) - len(chosen)} not "
+                  "sampled)", flush=True)
+    _run(["cosmic-ray", "exec", str(config), str(session)], quiet=True)
     equivalent = _equivalent()
     conn = sqlite3.connect(session)
     rows = conn.execute(
         "SELECT m.module_path, m.operator_name, m.start_pos_row, r.test_outcome, r.diff "
-        "FROM mutation_specs m JOIN work_results r ON r.job_id = m.job_id").fetchall()
+        "FROM mutation_specs m JOIN work_results r ON r.job_id = m.job_id "
+        "WHERE r.worker_outcome != 'SKIPPED' AND r.worker_outcome != 'skipped' "
+        "ORDER BY m.start_pos_row").fetchall()
     conn.close()
     for path, operator, line, outcome, diff in rows:
         out.total += 1
         changed = next((d[1:].strip() for d in (diff or "").splitlines()
                         if d.startswith("+") and not d.startswith("+++")), "")
         name = f"{Path(path).resolve().relative_to(SRC)}:{operator}: {changed}"
-        if str(outcome).lower() != "survived":  # killed, or incompetent (cannot even run)
-            out.killed += 1
+        if str(outcome).lower() not in ("survived", "testoutcome.survived"):
+            out.killed += 1  # killed, or incompetent (cannot even run)
         elif name in equivalent:
             out.equivalent += 1
         else:
             print(f"SURVIVED line {line}: {name}", flush=True)
 
 
+def _run(argv: list[str], *, quiet: bool = False) -> None:
+    """Run ``argv`` in its own process group; end the group if we are interrupted."""
+    child = subprocess.Popen(argv, cwd=ROOT, start_new_session=True,
+                             stdout=subprocess.DEVNULL if quiet else None)
+    try:
+        if child.wait() != 0:
+            raise SystemExit(f"{argv[0]} {argv[1]} failed (exit {child.returncode})")
+    finally:
+        if child.poll() is None:
+            _end(child)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (cosmic-ray starts each test run in a new group)."""
+    found: list[int] = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return found
+    for child in map(int, children):
+        found += [child, *_descendants(child)]
+    return found
+
+
+def _end(child: subprocess.Popen[bytes]) -> None:
+    """End ``child`` and every process below it (their groups): SIGTERM, then SIGKILL."""
+    groups = {child.pid}
+    for pid in _descendants(child.pid):
+        with suppress(OSError):
+            groups.add(os.getpgid(pid))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for group in groups:
+            with suppress(ProcessLookupError):
+                os.killpg(group, sig)
+        try:
+            child.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def _restored(path: Path) -> Iterator[str]:
+    """Yield ``path``'s text; put it back on the way out (Ctrl-C and SIGTERM included)."""
+    original = path.read_text()
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield original
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        if path.read_text() != original:
+            path.write_text(original)
+
+
 def _toml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def sql_mutants(module: str, out: Outcome) -> None:
-    """Remove each SQL guard clause of ``module`` in turn and run its tests."""
+def sql_mutants(module: str, out: Outcome, region: Region, original: str) -> None:
+    """Remove each SQL guard clause of ``module`` (in the region) in turn; run its tests."""
     path = (SRC / module).with_suffix(".py")
-    original = path.read_text()
     equivalent = _equivalent()
     command = _test_command(module)
     try:
         for n, match in enumerate(SQL_GUARD.finditer(original)):
             line = original.count("\n", 0, match.start()) + 1
+            if not region.wanted((line, 0), (line, 1)):
+                continue
             name = f"{module}.py:sql-guard: {match.group().strip()} (#{n})"
             path.write_text(original[:match.start()] + original[match.end():])
             out.total += 1
-            done = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True,
-                                  timeout=600)
-            if done.returncode != 0:
+            child = subprocess.Popen(command, shell=True, cwd=ROOT, start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                returncode = child.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                returncode = -1
+            finally:
+                if child.poll() is None:
+                    _end(child)
+            if returncode != 0:
                 out.killed += 1
             elif name in equivalent:
                 out.equivalent += 1
@@ -155,8 +306,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="modules under src/planrun, e.g. params")
     parser.add_argument("--sql-only", action="store_true", help="only SQL guard mutants")
+    parser.add_argument("--functions", default="",
+                        help="only mutants inside these functions/methods (comma-separated)")
+    parser.add_argument("--lines", default="", help="only mutants on lines FIRST-LAST")
+    parser.add_argument("--sample", type=int, default=0,
+                        help="run only N operator mutants, a fixed pseudo-random choice")
+    parser.add_argument("--keep", metavar="DIR", default="",
+                        help="keep cosmic-ray's session in DIR; a run interrupted resumes "
+                             "from it (only the mutants not yet run)")
     parser.add_argument("--list", action="store_true", help="list modules and their tests")
     args = parser.parse_args()
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
     if args.list or not args.modules:
         for module in TESTS:
             print(f"{module}: {_test_command(module)}")
@@ -164,17 +325,29 @@ def main() -> int:
     unknown = [m for m in args.modules if m not in TESTS]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; known: {sorted(TESTS)}")
+    functions = {f.strip() for f in args.functions.split(",") if f.strip()}
+    lines = tuple(int(n) for n in args.lines.split("-")) if args.lines else None
     outcomes = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for module in args.modules:
-            out = Outcome(module)
-            if not args.sql_only:
-                operator_mutants(module, out, Path(tmp))
-            sql_mutants(module, out)
-            outcomes.append(out)
-    print(f"\n{'module':<16} {'mutants':>8} {'killed':>7} {'equiv.':>7} {'score':>7}")
+    try:
+        with (contextlib.nullcontext(args.keep) if args.keep
+              else tempfile.TemporaryDirectory(prefix="planrun-mutation-")) as tmp:
+            for module in args.modules:
+                out = Outcome(module)
+                started = time.monotonic()
+                with _restored((SRC / module).with_suffix(".py")) as original:
+                    region = Region(original, functions, lines)  # type: ignore[arg-type]
+                    if not args.sql_only:
+                        operator_mutants(module, out, Path(tmp), region, args.sample)
+                    sql_mutants(module, out, region, original)
+                out.minutes = (time.monotonic() - started) / 60
+                outcomes.append(out)
+    except KeyboardInterrupt:
+        print("interrupted; the source files are restored", file=sys.stderr)
+        return 130
+    print(f"\n{'module':<16} {'mutants':>8} {'killed':>7} {'equiv.':>7} {'score':>7} {'min':>5}")
     for o in outcomes:
-        print(f"{o.module:<16} {o.total:>8} {o.killed:>7} {o.equivalent:>7} {o.score:>6.1f}%")
+        print(f"{o.module:<16} {o.total:>8} {o.killed:>7} {o.equivalent:>7} {o.score:>6.1f}%"
+              f" {o.minutes:>5.1f}")
     return 0
 
 

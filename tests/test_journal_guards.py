@@ -8,6 +8,7 @@ writer, and compares the whole state before and after.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from planrun.errors import JournalError, RunError
+from planrun.errors import JournalError, RunError, UsageError
 from planrun.journal import Journal, now
 
 #: These tests look at and tamper with the SQLite file itself (SPEC §7 on SQLite).
@@ -255,6 +256,67 @@ def test_resolve_refuses_a_step_that_is_not_indeterminate(journal: Journal, path
     assert _state(path) == before
 
 
+@pytest.mark.parametrize("item", [None, 0], ids=["step", "item"])
+@pytest.mark.parametrize("start", ["indeterminate", "running"])
+def test_resolve_as_failed_records_the_error_and_releases_the_key(
+        journal: Journal, path: Path, start: str, item: int | None) -> None:
+    _put(path, start, item=item)
+    journal.resolve_step(RUN, "a", succeeded=False, output=None, reason="checked by hand",
+                         decided_by="ops", item=item)
+    table, where = ("steps", "") if item is None else ("items", " AND item_index = 0")
+    row = _sql(path, f"SELECT status, output_json, error_json, finished_at IS NOT NULL "
+               f"FROM {table} WHERE step_id = 'a'{where}")
+    assert row == [("failed", None, '{"code":"resolved_failed","message":"checked by hand"}',
+                    1)]
+    assert _sql(path, "SELECT COUNT(*) FROM idempotency_keys") == [(0,)]
+    [(kind, step, index, data)] = _sql(path, "SELECT kind, step_id, item_index, data_json "
+                                       "FROM events ORDER BY rowid DESC LIMIT 1")
+    assert (kind, step, index) == ("indeterminate_resolved", "a", item)
+    assert json.loads(data) == {"decided_by": "ops", "reason": "checked by hand",
+                                "status": "failed"}
+
+
+def test_resolve_as_failed_without_a_reason_names_who_decided(journal: Journal,
+                                                              path: Path) -> None:
+    _put(path, "indeterminate")
+    journal.resolve_step(RUN, "a", succeeded=False, output=None, reason=None,
+                         decided_by="ops")
+    assert _sql(path, "SELECT error_json FROM steps WHERE step_id = 'a'") == [
+        ('{"code":"resolved_failed","message":"resolved as failed by ops"}',)]
+
+
+@pytest.mark.parametrize("item", [None, 0], ids=["step", "item"])
+def test_resolve_as_succeeded_records_the_output_and_keeps_the_key(
+        journal: Journal, path: Path, item: int | None) -> None:
+    _put(path, "indeterminate", item=item)
+    journal.resolve_step(RUN, "a", succeeded=True, output={"n": 5}, reason=None,
+                         decided_by="ops", item=item)
+    table, where = ("steps", "") if item is None else ("items", " AND item_index = 0")
+    assert _sql(path, f"SELECT status, output_json, error_json FROM {table} "
+                f"WHERE step_id = 'a'{where}") == [("succeeded", '{"n":5}', None)]
+    assert _sql(path, "SELECT key, status, output_json FROM idempotency_keys") == [
+        (KEY, "succeeded", '{"n":5}')]
+
+
+@pytest.mark.parametrize(("item", "named"), [(None, "step 'a' of run"),
+                                             (0, "step 'a' item 0 of run")])
+def test_resolve_refusal_names_the_step_or_the_item(journal: Journal, path: Path,
+                                                    item: int | None, named: str) -> None:
+    _put(path, "succeeded", item=item)
+    with pytest.raises(RunError, match=f"^not_indeterminate: {named} {RUN} is succeeded, not"):
+        journal.resolve_step(RUN, "a", succeeded=True, output=1, reason=None,
+                             decided_by="me", item=item)
+
+
+def test_resolve_of_an_unknown_step_is_a_usage_error(journal: Journal, path: Path) -> None:
+    before = _state(path)
+    with pytest.raises(UsageError) as caught:
+        journal.resolve_step(RUN, "zz", succeeded=True, output=1, reason=None,
+                             decided_by="me")
+    assert caught.value.code == "unknown_step"
+    assert _state(path) == before
+
+
 # --- leases -----------------------------------------------------------------------------------
 
 
@@ -369,3 +431,29 @@ def test_step_output_of_an_item_reads_that_steps_item(journal: Journal, path: Pa
     assert journal.step_output(RUN, "b", item=0) == ("succeeded", "out-b")
     assert journal.step_output(RUN, "a", item=0) == ("succeeded", "out-a")
     assert journal.step_output(RUN, "a", item=1) is None
+
+
+@pytest.mark.parametrize(("holder", "where"), [
+    (f"{HOST}:{os.getpid()}:livelive", ""),
+    ("elsewhere.invalid:4242:livelive", " on another host"),
+])
+def test_a_live_lease_is_refused_with_its_holder_and_time_left(journal: Journal, path: Path,
+                                                               holder: str, where: str) -> None:
+    """``run_busy`` names the holder and how long its lease still runs (in whole seconds)."""
+    journal.take_lease(RUN, holder, ttl=1000.0)
+    before = _state(path)
+    with pytest.raises(RunError) as caught:
+        journal.take_lease(RUN, f"{HOST}:{os.getpid()}:othother")
+    assert caught.value.code == "run_busy"
+    message = str(caught.value)
+    assert f"another process{where} ({holder}); its lease expires in " in message
+    seconds = int(message.split("its lease expires in ", 1)[1].split(" s", 1)[0])
+    assert 900 <= seconds <= 1000
+    assert _state(path) == before
+
+
+def test_an_expired_lease_without_a_time_is_taken_over(journal: Journal, path: Path) -> None:
+    _sql(path, "UPDATE runs SET lease_owner = ?, lease_expires = ?", "elsewhere.invalid:1:x",
+         time.time() - 1)
+    journal.take_lease(RUN, f"{HOST}:{os.getpid()}:newnewnn")
+    assert _sql(path, "SELECT lease_owner FROM runs") == [(f"{HOST}:{os.getpid()}:newnewnn",)]

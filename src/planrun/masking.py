@@ -37,20 +37,29 @@ class Masker:
         """The next piece of text, masked; a possible start of a secret is held back."""
         if self._find is None:
             return text
-        text = self._find.sub(MASK, self.held + text)
+        text = self.held + text
         keep = 0
         for n in range(min(len(text), max(map(len, self.forms)) - 1), 0, -1):
             tail = text[-n:]
             if any(f.startswith(tail) for f in self.forms):
                 keep = n
                 break
-        self.held = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep] if keep else text
+        # Mask only the matches that start before the held tail: one that starts inside it
+        # may be the start of a longer secret (``abc`` then ``abcdef``).
+        cut, done, shown = len(text) - keep, 0, []
+        for m in self._find.finditer(text):
+            if m.start() >= cut:
+                break
+            shown += [text[done:m.start()], MASK]
+            done = m.end()
+        cut = max(cut, done)
+        self.held = text[cut:]
+        return "".join(shown) + text[done:cut]
 
     def flush(self) -> str:
-        """What is held back (the stream ends, or is flushed): not a whole secret."""
+        """What is held back (the stream ends, or is flushed), masked."""
         held, self.held = self.held, ""
-        return held
+        return self._find.sub(MASK, held) if self._find is not None else held
 
 
 class _MaskedWriter:
