@@ -288,31 +288,6 @@ def test_of_plan_takes_the_known_secret_values_only() -> None:
     assert Secrets.of_plan(plan).values == {"a": "va", "d": "vd"}
 
 
-def test_use_makes_secrets_active_and_puts_the_previous_back() -> None:
-    outer, inner = Secrets({"s": "one"}), Secrets({"s": "two"})
-    assert not redact.active()
-    assert redact.conceal_text("one two") == "one two"
-    with redact.use(outer):
-        assert redact.active() is outer
-
-        def inside() -> None:
-            with redact.use(inner):
-                assert redact.conceal("two") == ref("s")
-                assert redact.conceal_text("one two", keep=["one"]) == f"one {ref('s')}"
-                raise RuntimeError
-
-        with pytest.raises(RuntimeError):
-            inside()
-        assert redact.active() is outer
-        assert redact.conceal_text("one two") == f"{ref('s')} two"
-        assert redact.text is redact.conceal_text
-        assert redact.value is redact.conceal
-    assert not redact.active()
-
-
-# --- cutting, revealing, following ----------------------------------------------------------
-
-
 def test_cut_tail_never_cuts_a_reference() -> None:
     text = f"ab{ref('s')}cd"
     assert redact.cut_tail(text, len(text)) == text
