@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
+from harness import asset
 from planrun.issues import Issue, PlanReport, Report
 from planrun.loading import Document, parse_text
 from planrun.paths import Settings, load_settings
@@ -81,57 +82,7 @@ def lister(**kwargs):
 '''
 
 #: A registry used by most validation tests. Line numbers of this text are not relied on.
-BASIC_TOOLS = """
-tools:
-  echo:
-    description: Return the arguments
-    python: basictools:echo
-    idempotent: true
-    arguments:
-      type: object
-      properties:
-        value: {}
-        name: {type: string}
-        count: {type: integer}
-        ratio: {type: number}
-        flag: {type: boolean}
-        items: {type: array, items: {type: string}}
-        info: {type: object}
-        when: {type: string, format: date}
-      required: [value]
-      additionalProperties: false
-  lister:
-    python: basictools:lister
-    arguments:
-      type: object
-      properties:
-        n: {type: integer, minimum: 0}
-      additionalProperties: false
-    output_schema:
-      type: object
-      properties:
-        files: {type: array, items: {type: string}}
-        n: {type: integer}
-      additionalProperties: false
-  archive_dir:
-    command: ["tar", "-czf", "{dest}", "-C", "{source}", "."]
-    arguments:
-      type: object
-      properties:
-        source: {type: string}
-        dest: {type: string}
-      required: [source, dest]
-      additionalProperties: false
-  delete_all:
-    python: basictools:echo
-    irreversible: true
-    arguments:
-      type: object
-      properties:
-        path: {type: string}
-      required: [path]
-      additionalProperties: false
-"""
+BASIC_TOOLS = asset("registries/basic.yaml")
 
 
 def dedent(text: str) -> str:

@@ -1,8 +1,9 @@
 """Driving the real ``planrun`` process from tests: a project folder, runs, the effects log.
 
-Used by the process-level suites (crash matrix, resume, concurrency, signals) through the
-``cli`` fixture of ``conftest.py``. planrun always runs as ``[sys.executable, "-m",
-"planrun"]`` in the project folder, with the environment the isolation fixture set up
+Built on ``tests/harness.py`` (``PLANRUN``, ``Result``). Used by the process-level suites
+(crash matrix, resume, concurrency, signals) through the ``cli`` fixture of
+``conftest.py``. planrun always runs as ``[sys.executable, "-m", "planrun"]`` in the
+project folder, with the environment the isolation fixture set up
 (``PLANRUN_JOURNAL`` in ``tmp_path``, ``HOME``, ``NO_COLOR``) plus ``CRASH_EFFECTS``.
 The tool module is ``tests/crashtools.py``, copied into the project.
 """
@@ -26,44 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PLANRUN = (sys.executable, "-m", "planrun")
+from harness import PLANRUN, TIMEOUT_S, Result
+
+__all__ = ["PLANRUN", "TIMEOUT_S", "CliProject", "Result", "dedent", "lines",
+           "resolve_targets", "wait_dead"]
+
 TOOLS_SOURCE = Path(__file__).with_name("crashtools.py")
-#: Hang guard for one planrun process that is expected to finish on its own.
-TIMEOUT_S = 60.0
-
-
-@dataclass
-class Result:
-    """A finished planrun process."""
-
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def json(self) -> Any:
-        """stdout parsed as JSON."""
-        try:
-            return json.loads(self.stdout)
-        except ValueError as exc:  # pragma: no cover - shown on failure only
-            raise AssertionError(f"stdout is not JSON ({exc}):\n{self}") from None
-
-    @property
-    def error_code(self) -> str | None:
-        """The ``error.code`` of a ``--json`` error object on stdout, if any."""
-        try:
-            data = json.loads(self.stdout)
-        except ValueError:
-            return None
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):
-            code = data["error"].get("code")
-            return None if code is None else str(code)
-        return None
-
-    def __str__(self) -> str:
-        return (f"$ {' '.join(self.argv)}\nexit {self.returncode}\n--- stdout\n"
-                f"{self.stdout}\n--- stderr\n{self.stderr}")
 
 
 def dedent(text: str) -> str:

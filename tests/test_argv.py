@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness import PLANRUN, run_planrun
 from planrun.issues import Issue
 from planrun.registry import ToolRegistry, load_registry
 
@@ -160,7 +160,6 @@ def test_opt_in_fields_are_for_command_tools(tmp_path: Path) -> None:
 
 # --- end to end: the attack of the issue, and argument injection at run time -------------
 
-PLANRUN = [sys.executable, "-m", "planrun"]
 
 RECORD = '''
 import json, sys
@@ -186,9 +185,8 @@ def _project(root: Path, tools: dict[str, Any]) -> Path:
 
 
 def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PLANRUN, *args], cwd=root, text=True, capture_output=True,
-                          timeout=120, env=dict(os.environ,
-                                                PLANRUN_JOURNAL=str(root / "j.sqlite3")))
+    return run_planrun(*args, cwd=root, timeout=120,
+                       env=dict(os.environ, PLANRUN_JOURNAL=str(root / "j.sqlite3")))
 
 
 X_CONTRACT = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"],

@@ -21,36 +21,10 @@ from typing import Any
 
 import pytest
 
+from harness import asset
 from planrun_cli import PLANRUN, TIMEOUT_S, CliProject, Result
 
-ARGS = """
-      type: object
-      properties:
-        label: {type: string}
-        value: {}
-      additionalProperties: false"""
-
-TOOLS = f"""
-tools:
-  src:
-    description: Produces a label
-    python: crashtools:record
-    arguments:{ARGS}
-  idem:
-    description: An idempotent effect
-    python: crashtools:record
-    idempotent: true
-    arguments:{ARGS}
-  once:
-    description: A non-idempotent effect
-    python: crashtools:record
-    arguments:{ARGS}
-  danger:
-    description: An effect that cannot be undone
-    python: crashtools:record
-    irreversible: true
-    arguments:{ARGS}
-"""
+TOOLS = asset("registries/record.yaml")
 
 #: ``b`` takes its label from ``a``'s output: checked only at run time.
 CHAIN = """

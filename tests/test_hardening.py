@@ -9,12 +9,11 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-PLANRUN = [sys.executable, "-m", "planrun"]
+from harness import run_planrun
 
 MODULE = '''
 import sys
@@ -102,8 +101,7 @@ class Proj:
     def run(self, *args: str, stdin: int | None = subprocess.DEVNULL, journal: str | None = None
             ) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, PLANRUN_JOURNAL=journal or str(self.journal))
-        return subprocess.run([*PLANRUN, *args], cwd=self.root, env=env, text=True,
-                              capture_output=True, stdin=stdin, timeout=60)
+        return run_planrun(*args, cwd=self.root, env=env, stdin=stdin)
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-PLANRUN = [sys.executable, "-m", "planrun"]
+from harness import PLANRUN, run_planrun
+
 #: No input may keep planrun busy longer than this (seconds).
 HANG_S = 10
 
@@ -63,9 +63,7 @@ class Proj:
     def run(self, *args: str | bytes, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
         full = {**os.environ, "PLANRUN_JOURNAL": str(self.journal), **(env or {})}
-        res = subprocess.run([*PLANRUN, *args], cwd=self.root, env=full, text=True,
-                             errors="replace", capture_output=True, timeout=HANG_S,
-                             stdin=subprocess.DEVNULL)
+        res = run_planrun(*args, cwd=self.root, env=full, errors="replace", timeout=HANG_S)
         assert "Traceback" not in res.stderr, res.stderr
         return res
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from harness import run_planrun
+
 ROOT = Path(__file__).resolve().parents[1]
 
 GRANT_TOML = """\
@@ -35,9 +37,8 @@ granted_by = "ops@example.com"
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None,
         stdin: Any = subprocess.DEVNULL, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``planrun ARGS`` in ``cwd`` (no terminal)."""
-    return subprocess.run([sys.executable, "-m", "planrun", *args], cwd=cwd,
-                          env=env or dict(os.environ), stdin=stdin, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return run_planrun(*args, cwd=cwd, env=env or dict(os.environ), stdin=stdin,
+                       timeout=timeout)
 
 
 def backup_project(base: Path, *, runtime_dest: bool = False) -> Path:

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
+from harness import run_planrun
 from planrun import redact
 from planrun.policy import Covered, Policy, grant_for, lint, load_policy
-
-PLANRUN = [sys.executable, "-m", "planrun"]
 
 TOOLS_MODULE = '''
 import json, os
@@ -136,8 +135,7 @@ class Proj:
             ) -> subprocess.CompletedProcess[str]:
         full = dict(os.environ, PLANRUN_JOURNAL=str(self.journal), CALLS_DIR=str(self.root),
                     **(env or {}))
-        return subprocess.run([*PLANRUN, *args], cwd=self.root, env=full, text=True,
-                              capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+        return run_planrun(*args, cwd=self.root, env=full)
 
     def calls(self) -> list[str]:
         log = self.root / "calls.log"

@@ -18,51 +18,10 @@ from typing import Any
 
 import pytest
 
+from harness import asset
 from planrun_cli import CliProject, Result
 
-ARGS = """
-      type: object
-      properties:
-        label: {type: string}
-        value: {}
-      additionalProperties: false"""
-
-TOOLS = f"""
-tools:
-  once:
-    description: A python effect that must not happen twice
-    python: crashtools:record
-    arguments:{ARGS}
-  idem:
-    description: An idempotent python effect
-    python: crashtools:record
-    idempotent: true
-    arguments:{ARGS}
-  danger:
-    description: An effect that cannot be undone
-    python: crashtools:record
-    irreversible: true
-    arguments:{ARGS}
-  flaky:
-    description: Fails until a file exists
-    python: crashtools:flaky
-    arguments:
-      type: object
-      properties:
-        file: {{type: string}}
-      required: [file]
-      additionalProperties: false
-  wait:
-    description: Waits for a file
-    python: crashtools:wait
-    idempotent: true
-    arguments:
-      type: object
-      properties:
-        file: {{type: string}}
-      required: [file]
-      additionalProperties: false
-"""
+TOOLS = asset("registries/record.yaml") + asset("registries/waiting.yaml")
 
 CHAIN = """
 planrun: 1

@@ -25,11 +25,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness import run_planrun
 from planrun import masking, redact
 from planrun.canonical import digest
 from planrun.params import ResolveError
-
-PLANRUN = [sys.executable, "-m", "planrun"]
 
 MODULE = '''
 import json, logging, os, subprocess, sys
@@ -175,8 +174,7 @@ class Proj:
     def run(self, *args: str, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
         full = dict(os.environ, PLANRUN_JOURNAL=str(self.journal), **(env or {}))
-        res = subprocess.run([*PLANRUN, *args], cwd=self.root, env=full, text=True,
-                             capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+        res = run_planrun(*args, cwd=self.root, env=full, timeout=120)
         what = " ".join(args)
         self.texts += [(f"stdout of {what}", res.stdout.encode()),
                        (f"stderr of {what}", res.stderr.encode())]

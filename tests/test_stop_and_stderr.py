@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness import run_planrun
+
 TOOLS = """\
 tools:
   wait_for:
@@ -114,9 +116,7 @@ def test_stderr_tail_of_a_successful_command_is_kept(tmp_path: Path) -> None:
     (project / "plans" / "w.yaml").write_text(WARN_PLAN)
 
     def planrun(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "planrun", *args], cwd=project,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=60, check=False)
+        return run_planrun(*args, cwd=project)
 
     res = planrun("execute", "w")
     assert res.returncode == 0, res

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import run_planrun
+
 ROOT = Path(__file__).resolve().parents[1]
-PLANRUN = [sys.executable, "-m", "planrun"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 SLOW_TOOLS = '''
@@ -71,9 +72,7 @@ steps:
 
 def run(cwd: Path, *args: str, env: dict[str, str] | None = None
         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PLANRUN, *args], cwd=cwd, text=True, capture_output=True,
-                          stdin=subprocess.DEVNULL, timeout=60,
-                          env=dict(os.environ, **(env or {})))
+    return run_planrun(*args, cwd=cwd, env=dict(os.environ, **(env or {})))
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .pointers import pointer_escape
+from .pointers import leaves, pointer_escape
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
 _SEG = r"[A-Za-z0-9_-]+"
@@ -225,14 +225,7 @@ def render(value: Any) -> str:
 
 def walk_strings(value: Any, ptr: str = "") -> Iterator[tuple[str, str]]:
     """Every string in a JSON value with its JSON Pointer (object keys are not visited)."""
-    if isinstance(value, str):
-        yield ptr, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from walk_strings(v, f"{ptr}/{pointer_escape(k)}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from walk_strings(v, f"{ptr}/{i}")
+    return ((p, v) for p, v in leaves(value, ptr) if isinstance(v, str))
 
 
 @dataclass(frozen=True, slots=True)

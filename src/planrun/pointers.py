@@ -7,7 +7,8 @@ any layer can use it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 
 def pointer_escape(token: str) -> str:
@@ -36,3 +37,19 @@ def split_pointer(ptr: str) -> list[str]:
     if not ptr:
         return []
     return [t.replace("~1", "/").replace("~0", "~") for t in ptr.split("/")[1:]]
+
+
+def leaves(value: Any, ptr: str = "") -> Iterator[tuple[str, Any]]:
+    """Every leaf of a JSON value (not an object or array) with its pointer, in order.
+
+    Object keys are turned into text (:class:`str`) and escaped; ``ptr`` is the pointer of
+    ``value`` itself.
+    """
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from leaves(v, f"{ptr}/{pointer_escape(str(k))}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from leaves(v, f"{ptr}/{i}")
+    else:
+        yield ptr, value

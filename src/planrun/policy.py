@@ -27,11 +27,12 @@ an ``escalate`` class are never cleared by a grant.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .issues import Issue
+from .issues import Issue, did_you_mean
 
 LEVELS = ("act", "escalate", "refuse")
 _POLICY_KEYS = {"allowed_tools", "require_approval", "classes", "grants"}
@@ -127,29 +128,44 @@ def load_policy(raw: dict[str, Any], tools: set[str], file: str | None
         issues.append(Issue(code="config", message=f"[policy] {message}", file=file))
 
     policy = Policy()
-    from .issues import did_you_mean
-
     for key in sorted(set(raw) - _POLICY_KEYS):
         bad(f"unknown key {key!r} (known: {', '.join(sorted(_POLICY_KEYS))})."
             + did_you_mean(key, _POLICY_KEYS))
-
-    def tool_list(key: str, value: Any) -> set[str]:
-        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-            bad(f"{key} must be a list of tool names")
-            return set()
-        for t in value:
-            if t not in tools:
-                bad(f"{key} names {t!r}, which is not a registered tool")
-        return set(value)
-
     if "allowed_tools" in raw:
-        policy.allowed_tools = tool_list("allowed_tools", raw["allowed_tools"])
+        policy.allowed_tools = _tool_list("allowed_tools", raw["allowed_tools"], tools, bad)
     if "require_approval" in raw:
-        policy.require_approval = tool_list("require_approval", raw["require_approval"])
-    classes = raw.get("classes", {})
+        policy.require_approval = _tool_list("require_approval", raw["require_approval"],
+                                             tools, bad)
+    _read_classes(raw.get("classes", {}), tools, policy, bad)
+    grants = raw.get("grants", [])
+    if not isinstance(grants, list):
+        bad("grants must be an array of tables ([[policy.grants]])")
+        grants = []
+    ids: set[str] = set()
+    for n, g in enumerate(grants):
+        grant = _read_grant(f"grants[{n}]", g, tools, policy, ids, bad)
+        if grant is not None:
+            policy.grants.append(grant)
+    return policy, issues
+
+
+def _tool_list(key: str, value: Any, tools: set[str], bad: Callable[[str], None]) -> set[str]:
+    """A list of registered tool names (each name the registry lacks is reported)."""
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        bad(f"{key} must be a list of tool names")
+        return set()
+    for t in value:
+        if t not in tools:
+            bad(f"{key} names {t!r}, which is not a registered tool")
+    return set(value)
+
+
+def _read_classes(classes: Any, tools: set[str], policy: Policy,
+                  bad: Callable[[str], None]) -> None:
+    """``[policy.classes.NAME]`` into ``policy.classes``: a tool may be in one class only."""
     if not isinstance(classes, dict):
         bad("classes must be a table of [policy.classes.NAME]")
-        classes = {}
+        return
     seen: dict[str, str] = {}
     for name, spec in classes.items():
         if not isinstance(spec, dict) or set(spec) - {"tools", "level"}:
@@ -159,68 +175,65 @@ def load_policy(raw: dict[str, Any], tools: set[str], file: str | None
         if level not in LEVELS:
             bad(f"classes.{name}.level must be one of act, escalate, refuse (not {level!r})")
             continue
-        members = tool_list(f"classes.{name}.tools", spec.get("tools", []))
+        members = _tool_list(f"classes.{name}.tools", spec.get("tools", []), tools, bad)
         for t in members:
             if t in seen:
                 bad(f"tool {t!r} is in two classes ({seen[t]} and {name})")
             seen[t] = name
         policy.classes[name] = (members, str(level))
-    grants = raw.get("grants", [])
-    if not isinstance(grants, list):
-        bad("grants must be an array of tables ([[policy.grants]])")
-        grants = []
-    ids: set[str] = set()
-    for n, g in enumerate(grants):
-        where = f"grants[{n}]"
-        if not isinstance(g, dict):
-            bad(f"{where} must be a table")
-            continue
-        for key in sorted(set(g) - _GRANT_KEYS):
-            bad(f"{where}: unknown key {key!r}." + did_you_mean(key, _GRANT_KEYS))
-        gid = g.get("id")
-        if not isinstance(gid, str) or not gid:
-            bad(f"{where} needs an id")
-            continue
-        if gid in ids:
-            bad(f"grant id {gid!r} is used twice")
-        ids.add(gid)
-        tool, cls = g.get("tool"), g.get("class")
-        if (tool is None) == (cls is None):
-            bad(f"grant {gid!r} names exactly one of tool or class")
-            continue
-        if tool is not None and tool not in tools:
-            bad(f"grant {gid!r} names tool {tool!r}, which is not registered")
-        if cls is not None and cls not in policy.classes:
-            bad(f"grant {gid!r} names class {cls!r}, which [policy.classes] does not define")
-        expires = _parse_time(g.get("expires"))
-        if expires is None:
-            bad(f"grant {gid!r} needs expires: a date-time with an offset "
-                "(TOML 2026-12-31T00:00:00Z or an RFC 3339 string)")
-            continue
-        schema = g.get("arguments")
-        if schema is not None:
-            from .registry import schema_problems
 
-            for _ptr, msg in schema_problems(schema):
-                bad(f"grant {gid!r} arguments: {msg}")
-        max_total, amount = g.get("max_total"), g.get("amount_field")
-        if (max_total is None) != (amount is None):
-            bad(f"grant {gid!r}: max_total and amount_field go together")
-        if max_total is not None and (isinstance(max_total, bool)
-                                      or not isinstance(max_total, int | float)
-                                      or abs(max_total) > 2**63 - 1):
-            bad(f"grant {gid!r}: max_total must be a number of at most 2^63-1")
-            max_total = None
-        granted_by = g.get("granted_by")
-        if not isinstance(granted_by, str) or not granted_by:
-            bad(f"grant {gid!r} needs granted_by (who granted it)")
-            continue
-        policy.grants.append(Grant(
-            id=gid, tool=tool, cls=cls, arguments=schema, expires=expires.astimezone(UTC),
-            granted_by=granted_by,
-            max_total=float(max_total) if isinstance(max_total, int | float) else None,
-            amount_field=amount if isinstance(amount, str) else None))
-    return policy, issues
+
+def _read_grant(where: str, g: Any, tools: set[str], policy: Policy, ids: set[str],
+                bad: Callable[[str], None]) -> Grant | None:
+    """One ``[[policy.grants]]`` table, or None when it cannot be used (reported)."""
+    if not isinstance(g, dict):
+        bad(f"{where} must be a table")
+        return None
+    for key in sorted(set(g) - _GRANT_KEYS):
+        bad(f"{where}: unknown key {key!r}." + did_you_mean(key, _GRANT_KEYS))
+    gid = g.get("id")
+    if not isinstance(gid, str) or not gid:
+        bad(f"{where} needs an id")
+        return None
+    if gid in ids:
+        bad(f"grant id {gid!r} is used twice")
+    ids.add(gid)
+    tool, cls = g.get("tool"), g.get("class")
+    if (tool is None) == (cls is None):
+        bad(f"grant {gid!r} names exactly one of tool or class")
+        return None
+    if tool is not None and tool not in tools:
+        bad(f"grant {gid!r} names tool {tool!r}, which is not registered")
+    if cls is not None and cls not in policy.classes:
+        bad(f"grant {gid!r} names class {cls!r}, which [policy.classes] does not define")
+    expires = _parse_time(g.get("expires"))
+    if expires is None:
+        bad(f"grant {gid!r} needs expires: a date-time with an offset "
+            "(TOML 2026-12-31T00:00:00Z or an RFC 3339 string)")
+        return None
+    schema = g.get("arguments")
+    if schema is not None:
+        from .registry import schema_problems
+
+        for _ptr, msg in schema_problems(schema):
+            bad(f"grant {gid!r} arguments: {msg}")
+    max_total, amount = g.get("max_total"), g.get("amount_field")
+    if (max_total is None) != (amount is None):
+        bad(f"grant {gid!r}: max_total and amount_field go together")
+    if max_total is not None and (isinstance(max_total, bool)
+                                  or not isinstance(max_total, int | float)
+                                  or abs(max_total) > 2**63 - 1):
+        bad(f"grant {gid!r}: max_total must be a number of at most 2^63-1")
+        max_total = None
+    granted_by = g.get("granted_by")
+    if not isinstance(granted_by, str) or not granted_by:
+        bad(f"grant {gid!r} needs granted_by (who granted it)")
+        return None
+    return Grant(
+        id=gid, tool=tool, cls=cls, arguments=schema, expires=expires.astimezone(UTC),
+        granted_by=granted_by,
+        max_total=float(max_total) if isinstance(max_total, int | float) else None,
+        amount_field=amount if isinstance(amount, str) else None)
 
 
 @dataclass(frozen=True)

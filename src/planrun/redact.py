@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .pointers import pointer_escape, pointer_of, split_pointer
+from .pointers import leaves, pointer_of, split_pointer
 
 #: What a person sees where a secret's value was.
 MASK = "***"
@@ -179,17 +179,6 @@ def loaded_plan(document: Any) -> Any:
 # --- secrets known to this process ------------------------------------------------------------
 
 
-def _leaves(value: Any, ptr: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _leaves(v, f"{ptr}/{pointer_escape(str(k))}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _leaves(v, f"{ptr}/{i}")
-    else:
-        yield ptr, value
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -218,7 +207,7 @@ class Secrets:
         self._keys: dict[str, str] = {}  # an object key that is exactly a secret → reference
         self._numbers: list[tuple[int | float, str, str]] = []
         for name, value in self.values.items():
-            for ptr, leaf in _leaves(value):
+            for ptr, leaf in leaves(value):
                 if _is_number(leaf):
                     self._numbers.append((leaf, name, ptr))
                     text = json.dumps(leaf)

@@ -381,31 +381,8 @@ def _real_loc(data: Any, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
 
 def _check_tool(name: str, entry: Tool, base: str, folder: Path,
                 pools: dict[str, int] | None, add: Callable[..., None]) -> ToolSpec | None:
-    if (entry.command is None) == (entry.python is None):
-        add(base, f"tool {name!r} needs exactly one of 'command' (argv list) or "
-            "'python' (module:callable)")
+    if not _shape_ok(name, entry, base, pools, add):
         return None
-    if entry.arguments is None and entry.accepts is None:
-        add(base, f"tool {name!r} has no contract: declare 'arguments' (a JSON Schema) "
-            "or, for a python tool, 'accepts' (a pydantic model)")
-        return None
-    if entry.arguments is not None and entry.accepts is not None:
-        add(pointer("tools", name, "accepts"),
-            f"tool {name!r}: give 'arguments' or 'accepts', not both")
-        return None
-    if entry.accepts is not None and entry.command is not None:
-        add(pointer("tools", name, "accepts"),
-            f"tool {name!r}: 'accepts' is for python tools; a command tool declares "
-            "'arguments'")
-        return None
-    if entry.python is not None:
-        for fld in ("output", "cwd", "allow_embedded", "allow_option_values"):
-            if getattr(entry, fld) is not None:
-                add(pointer("tools", name, fld),
-                    f"tool {name!r}: {fld!r} applies to command tools only")
-    if pools is not None and entry.pool is not None and entry.pool not in pools:
-        add(pointer("tools", name, "pool"),
-            f"tool {name!r}: pool {entry.pool!r} is not declared in [pools] of planrun.toml")
     contract: dict[str, Any] = {}
     model = None
     if entry.arguments is not None:
@@ -432,26 +409,10 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
                 f"tool {name!r}: {entry.python!r} is not callable")
             return None
     if entry.accepts is not None:
-        try:
-            model = _import(entry.accepts)
-            from pydantic import BaseModel
-
-            if not (isinstance(model, type) and issubclass(model, BaseModel)):
-                raise TypeError("not a pydantic BaseModel subclass")
-            from .streams import stdout_to_stderr
-
-            with stdout_to_stderr():  # user code (schema hooks) may print
-                contract = model.model_json_schema()
-        except (Exception, SystemExit) as exc:  # any import-time failure of user code
-            add(pointer("tools", name, "accepts"),
-                f"tool {name!r}: cannot use {entry.accepts!r} as a contract: "
-                f"{type(exc).__name__}: {exc}")
+        found = _model_contract(name, entry.accepts, add)
+        if found is None:
             return None
-        for ptr, msg in schema_problems(contract):
-            add(pointer("tools", name, "accepts"),
-                f"tool {name!r}: the JSON Schema of {entry.accepts!r} (at {ptr or '/'}) "
-                f"{msg}")
-            return None
+        model, contract = found
     if entry.command is not None:
         from .argv import check_command
 
@@ -463,3 +424,59 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
                 f"tool {name!r}: key argument {arg!r} is not a declared argument")
     return ToolSpec(name=name, entry=entry, contract=contract, func=func, model=model,
                     folder=folder)
+
+
+def _shape_ok(name: str, entry: Tool, base: str, pools: dict[str, int] | None,
+              add: Callable[..., None]) -> bool:
+    """The entry's fields fit together: one of command/python, one contract, a known pool."""
+    if (entry.command is None) == (entry.python is None):
+        add(base, f"tool {name!r} needs exactly one of 'command' (argv list) or "
+            "'python' (module:callable)")
+        return False
+    if entry.arguments is None and entry.accepts is None:
+        add(base, f"tool {name!r} has no contract: declare 'arguments' (a JSON Schema) "
+            "or, for a python tool, 'accepts' (a pydantic model)")
+        return False
+    if entry.arguments is not None and entry.accepts is not None:
+        add(pointer("tools", name, "accepts"),
+            f"tool {name!r}: give 'arguments' or 'accepts', not both")
+        return False
+    if entry.accepts is not None and entry.command is not None:
+        add(pointer("tools", name, "accepts"),
+            f"tool {name!r}: 'accepts' is for python tools; a command tool declares "
+            "'arguments'")
+        return False
+    if entry.python is not None:
+        for fld in ("output", "cwd", "allow_embedded", "allow_option_values"):
+            if getattr(entry, fld) is not None:
+                add(pointer("tools", name, fld),
+                    f"tool {name!r}: {fld!r} applies to command tools only")
+    if pools is not None and entry.pool is not None and entry.pool not in pools:
+        add(pointer("tools", name, "pool"),
+            f"tool {name!r}: pool {entry.pool!r} is not declared in [pools] of planrun.toml")
+    return True
+
+
+def _model_contract(name: str, accepts: str, add: Callable[..., None]
+                    ) -> tuple[Any, dict[str, Any]] | None:
+    """(the ``accepts`` pydantic model, its JSON Schema), or None (reported)."""
+    try:
+        model = _import(accepts)
+        from pydantic import BaseModel
+
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise TypeError("not a pydantic BaseModel subclass")
+        from .streams import stdout_to_stderr
+
+        with stdout_to_stderr():  # user code (schema hooks) may print
+            contract: dict[str, Any] = model.model_json_schema()
+    except (Exception, SystemExit) as exc:  # any import-time failure of user code
+        add(pointer("tools", name, "accepts"),
+            f"tool {name!r}: cannot use {accepts!r} as a contract: "
+            f"{type(exc).__name__}: {exc}")
+        return None
+    for ptr, msg in schema_problems(contract):
+        add(pointer("tools", name, "accepts"),
+            f"tool {name!r}: the JSON Schema of {accepts!r} (at {ptr or '/'}) {msg}")
+        return None
+    return model, contract

@@ -28,8 +28,7 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
     Args:
         doc: the loaded plan file.
         registry: the loaded tools registry.
-        settings: the project's limits: ``max_steps`` and ``pools`` (``planrun.paths.Settings``
-            has both).
+        settings: ``max_steps`` and ``pools`` (a ``planrun.paths.Settings`` will do).
         given: parameter values given by the user.
         concrete: check with concrete values (missing required parameters are errors);
             default: when any value was given.

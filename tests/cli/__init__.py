@@ -1,0 +1,1 @@
+"""CLI tests, one file a command (``planrun.cli.app`` through CliRunner)."""

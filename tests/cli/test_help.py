@@ -1,0 +1,50 @@
+"""The command line, help, version, and each command's help
+(SPEC §4, §5, §8, §9; through ``typer.testing.CliRunner``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+import planrun
+from planrun.cli import app
+
+from .support import (
+    invoke,
+)
+
+
+def test_help_lists_the_commands() -> None:
+    result = invoke(None, "--help")
+    assert result.exit_code == 0
+    for command in ("validate", "execute", "resume", "resolve", "retry", "unlock", "status",
+                    "runs", "log", "output"):
+        assert re.search(rf"^\s+{command}\s", result.stdout, re.M), command
+
+
+def test_help_lists_the_other_commands_of_the_spec() -> None:
+    result = invoke(None, "--help")
+    for command in ("show", "graph", "tools", "schema", "init"):
+        assert re.search(rf"^\s+{command}\s", result.stdout, re.M), command
+
+
+def test_no_arguments_shows_the_help() -> None:
+    result = CliRunner().invoke(app, [])
+    assert "execute" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_version() -> None:
+    result = invoke(None, "--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"planrun {planrun.__version__}"
+
+
+@pytest.mark.parametrize("command", ["validate", "execute", "status", "runs", "log", "output"])
+def test_each_command_has_help(command: str) -> None:
+    result = invoke(None, command, "--help")
+    assert result.exit_code == 0
+    assert "--journal" in result.stdout
+    assert "--project" in result.stdout
