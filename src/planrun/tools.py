@@ -25,7 +25,7 @@ import re
 import signal
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,9 +110,26 @@ def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
     return [PLACEHOLDER.sub(sub, element) for element in argv]
 
 
+#: The secrets of the run whose call is being checked, for the one path that reaches
+#: :func:`validate_model` without being given them (validation's argument check, at run
+#: time); empty elsewhere. Context-local (task and thread), never process-wide.
+_CHECKING: contextvars.ContextVar[Secrets] = contextvars.ContextVar(
+    "planrun_checking_secrets", default=redact.NO_SECRETS)
+
+
+@contextlib.contextmanager
+def checking_with(secrets: Secrets) -> Iterator[None]:
+    """While arguments are checked for a call, mask ``secrets`` in what a model says."""
+    token = _CHECKING.set(secrets)
+    try:
+        yield
+    finally:
+        _CHECKING.reset(token)
+
+
 def _secrets(secrets: Secrets | None) -> Secrets:
-    """The secrets given, or none (a caller outside a run, such as validation)."""
-    return redact.NO_SECRETS if secrets is None else secrets
+    """The secrets given, or those of :func:`checking_with` (none outside a run)."""
+    return _CHECKING.get() if secrets is None else secrets
 
 
 def _tail(data: bytes, secrets: Secrets) -> str:

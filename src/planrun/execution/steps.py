@@ -120,9 +120,11 @@ class Steps(RunParts):
         except redact.SecretMissing as exc:
             return Outcome("failed", error={"code": "reference", "message": str(exc)})
         if not step.static:
+            from ..tools import checking_with
             from ..validation import argument_problems
 
-            problems = argument_problems(step.tool, arguments, stored)
+            with checking_with(self._secrets):  # a model's own words may quote a secret
+                problems = argument_problems(step.tool, arguments, stored)
             if problems:
                 return Outcome("failed", error={"code": "arguments", "message": "; ".join(
                     f"{p or '/'}: {m}" for p, m, _k in problems)})
