@@ -433,7 +433,7 @@ def test_step_output_of_an_item_reads_that_steps_item(journal: Journal, path: Pa
 @pytest.mark.parametrize(("holder", "where"), [
     (f"{HOST}:{os.getpid()}:livelive", ""),
     ("elsewhere.invalid:4242:livelive", " on another host"),
-])
+], ids=["this-host", "another-host"])  # the pid differs between xdist workers
 def test_a_live_lease_is_refused_with_its_holder_and_time_left(journal: Journal, path: Path,
                                                                holder: str, where: str) -> None:
     """``run_busy`` names the holder and how long its lease still runs (in whole seconds)."""
