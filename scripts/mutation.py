@@ -3,8 +3,8 @@
 Usage (from the repository root, with ``pip install -e '.[mutation]'``)::
 
     python scripts/mutation.py params redact          # one or more modules
-    python scripts/mutation.py journal/store --functions renew_lease,withdraw_dispatch
-    python scripts/mutation.py journal/store --lines 470-770 --sql-only
+    python scripts/mutation.py journal/leases --functions renew_lease,take_lease
+    python scripts/mutation.py journal/steps --sql-only
     python scripts/mutation.py --list                 # modules and the tests run against each
 
 Two kinds of mutant, each run against the module's own fast tests first and then the
@@ -58,9 +58,14 @@ TESTS: dict[str, tuple[list[str], list[str]]] = {
     "params": (["tests/test_params.py"], ["tests/test_validation.py"]),
     "redact": (["tests/test_redact.py"], ["tests/test_secrets.py", "tests/test_policy.py"]),
     "masking": (["tests/test_masking.py"], ["tests/test_secrets.py"]),
-    "journal/store": (["tests/test_journal_guards.py", "tests/test_journal.py"],
-                      ["tests/test_executor.py", "tests/test_resume.py"]),
 }
+#: The journal's lease and guarded-update code, split by concern (issue 12): each module
+#: against the journal's own tests, then the executor and resume suites.
+for _part in ("base", "leases", "steps", "calls", "runs"):
+    TESTS[f"journal/{_part}"] = (
+        ["tests/test_journal_guards.py", "tests/test_journal.py",
+         "tests/test_journal_backend.py"],
+        ["tests/test_executor.py", "tests/test_resume.py"])
 
 #: ``AND column op value`` inside a SQL string: the clause a guard mutant removes.
 SQL_GUARD = re.compile(
