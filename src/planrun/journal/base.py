@@ -163,6 +163,14 @@ class JournalBase:
             with self._write():
                 pass
 
+    def _apply(self, write: Callable[[Conn], None], defer: bool) -> None:
+        """Run ``write`` in a transaction now, or (``defer``) in the next commit's."""
+        if defer:
+            self._deferred.append(write)
+        else:
+            with self._write() as c:
+                write(c)
+
     def drop_deferred(self) -> None:
         """Forget the deferred records unwritten (after the run's lease was lost)."""
         self._deferred.clear()

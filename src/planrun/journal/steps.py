@@ -53,11 +53,7 @@ class StepsMixin(JournalBase):
             self._event(c, run_id, "step_started", step_id=step_id, item=item,
                         data={"attempt": attempt, "key": key}, ts=ts)
 
-        if defer:
-            self._deferred.append(write)
-        else:
-            with self._write() as c:
-                write(c)
+        self._apply(write, defer)
         return ts
 
     @_reads
@@ -162,11 +158,7 @@ class StepsMixin(JournalBase):
             self._event(c, run_id, kind, step_id=step_id, item=item, data=data or None,
                         ts=ts)
 
-        if defer:
-            self._deferred.append(write)
-        else:
-            with self._write() as c:
-                write(c)
+        self._apply(write, defer)
         return ts
 
     def step_skipped(self, run_id: str, step_id: str, reason: str,
