@@ -457,3 +457,21 @@ def test_an_expired_lease_without_a_time_is_taken_over(journal: Journal, path: P
          time.time() - 1)
     journal.take_lease(RUN, f"{HOST}:{os.getpid()}:newnewnn")
     assert _sql(path, "SELECT lease_owner FROM runs") == [(f"{HOST}:{os.getpid()}:newnewnn",)]
+
+
+# --- recorded calls (process groups) -------------------------------------------------------
+
+
+def test_forgetting_the_calls_of_one_host_keeps_the_other_hosts(journal: Journal) -> None:
+    """``unlock`` on a host forgets that host's calls only (``forget_calls(host=…)``)."""
+    from planrun import procs
+
+    journal.take_lease(RUN, f"{HOST}:{os.getpid()}:calls")
+    here = procs.Group(pgid=_dead_pid(), host=HOST, boot_id=None, start_ticks=None)
+    there = procs.Group(pgid=4242, host="elsewhere.invalid", boot_id=None, start_ticks=None)
+    journal.record_call(RUN, "a", None, here)
+    journal.record_call(RUN, "b", None, there)
+    assert journal.forget_calls(RUN, host=HOST) == 1
+    assert [(c["step"], c["host"]) for c in journal.calls(RUN)] == [("b", "elsewhere.invalid")]
+    assert journal.forget_calls(RUN) == 1  # without a host: all of the run's calls
+    assert journal.calls(RUN) == []
