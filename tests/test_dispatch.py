@@ -188,11 +188,6 @@ def test_a_lost_call_of_a_non_idempotent_tool_needs_a_person(dproject: Project) 
     assert not (dproject.root / "dcalls.log").exists()  # nothing called it again
 
 
-@pytest.mark.xfail(strict=True, raises=PlanrunError, reason=(
-    "journal: retry holds the parent's lease, so the parent's still-claimed key of an "
-    "indeterminate idempotent call counts as 'another run calling it right now' "
-    "(run_busy) - the same with an `internal` indeterminate today; fix in "
-    "Journal._refuse_live_claim"))
 def test_a_lost_call_of_an_idempotent_tool_runs_again_under_the_same_key(
         dproject: Project) -> None:
     from planrun import api

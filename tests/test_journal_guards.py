@@ -374,6 +374,18 @@ def test_a_key_a_live_run_is_calling_is_refused(journal: Journal, path: Path) ->
     assert _state(path) == before
 
 
+def test_a_key_claimed_by_a_run_whose_lease_this_process_holds_is_taken_over(
+        journal: Journal, path: Path) -> None:
+    """A retry holds its parent's lease: the parent's claim of an indeterminate call is
+    stale, so the child claims the key (same key: an idempotent call runs again once)."""
+    owner = f"{HOST}:{os.getpid()}:retry"
+    journal.take_lease(RUN, owner)
+    _claimed_by_other(path, journal, holder=owner, ttl=30.0)
+    _claim(journal)
+    assert _sql(path, "SELECT run_id, status FROM idempotency_keys WHERE key = ?", KEY) == [
+        (RUN, "running")]
+
+
 def test_a_key_a_live_run_on_another_host_is_calling_is_refused(journal: Journal,
                                                                 path: Path) -> None:
     _claimed_by_other(path, journal, holder="elsewhere.invalid:4242:livelive", ttl=30.0)

@@ -100,7 +100,10 @@ class StepsMixin(JournalBase):
             "FROM idempotency_keys k JOIN runs r ON r.run_id = k.run_id "
             "WHERE k.key = ? AND k.status = 'running' AND k.run_id != ?",
             (key, run_id)).fetchone()
-        if row is None or not row[1]:
+        if row is None or not row[1] or row[1] == self.owner:
+            # No lease, or this process holds it: a retry holds its parent's lease for the
+            # whole child run, so the parent's claim of a call left indeterminate is stale
+            # (nobody else can be calling it) and the child takes the key over.
             return
         lease = lease_record(row[1:])
         if not lease.expired and lease.holder_alive() is not False:
