@@ -61,7 +61,7 @@ TESTS: dict[str, tuple[list[str], list[str]]] = {
 }
 #: The journal's lease and guarded-update code, split by concern (issue 12): each module
 #: against the journal's own tests, then the executor and resume suites.
-for _part in ("base", "leases", "steps", "calls", "runs"):
+for _part in ("base", "leases", "dispatch", "steps", "calls", "runs"):
     TESTS[f"journal/{_part}"] = (
         ["tests/test_journal_guards.py", "tests/test_journal.py",
          "tests/test_journal_backend.py"],

@@ -25,6 +25,7 @@ from .base import (
     new_run_id,
     now,
 )
+from .dispatch import DispatchMixin
 from .leases import LeasesMixin
 from .reads import ReadsMixin
 from .records import dumps, holder_alive, lease_owner
@@ -36,7 +37,7 @@ __all__ = ["EVENT_KINDS", "LEASE_TTL_ENV", "LEASE_TTL_S", "MIN_PREFIX", "RUN_STA
            "lease_owner", "lease_ttl", "new_run_id", "now"]
 
 
-class Journal(RunsMixin, StepsMixin, LeasesMixin, ReadsMixin):
+class Journal(RunsMixin, DispatchMixin, StepsMixin, LeasesMixin, ReadsMixin):
     """A handle on one journal (a file path, SQLite; or a URL of a supported backend).
 
     Args:
