@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +157,55 @@ def test_a_secret_ending_where_a_longer_one_could_start() -> None:
     assert masker.feed("zab") == ""  # "ab" may start "abcdef"; "zab" waits with it
     assert masker.feed("x") == f"{MASK}x"
     assert feed_all(masker, ["zabcdef"]) == f"{MASK}cdef"
+
+
+def _child(body: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` in a real python child with ``masking``, ``Secrets`` and ``secrets``
+    (the one secret ``hunter2``) in scope; its stdout and stderr captured."""
+    code = textwrap.dedent('''
+        import os, sys
+        from planrun import masking
+        from planrun.redact import Secrets
+        secrets = Secrets({"s": "hunter2"})
+    ''') + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+
+
+def test_a_held_back_tail_is_written_when_the_masking_ends() -> None:
+    """The last write ends with what could start a secret (``hunt``): held back while more
+    could follow, then written as it is when the pipe closes — never lost."""
+    done = _child('''
+        with masking.masked_output(secrets):
+            os.write(2, b"last words hunt")
+    ''')
+    assert done.stderr.endswith("last words hunt"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_own_words_go_to_a_stderr_that_is_not_file_descriptor_2(tmp_path: Path) -> None:
+    """``sys.stderr`` replaced by a file (another descriptor): planrun's own lines go
+    there, not to descriptor 2; a tool's writes are masked either way."""
+    log = tmp_path / "stderr.txt"
+    done = _child(f'''
+        sys.stderr = open({str(log)!r}, "w", buffering=1)
+        with masking.masked_output(secrets):
+            masking.diagnostics().write("own words\\n")
+            masking.diagnostics().flush()
+            print("tool hunter2")
+        sys.stderr.close()
+    ''')
+    assert log.read_text() == "own words\ntool ***\n"
+    assert "own words" not in done.stderr
+    assert "hunter2" not in done.stderr
+
+
+def test_without_file_descriptor_1_python_writes_are_still_masked() -> None:
+    """A closed descriptor 1 (no pipe can be made): masking at the Python level only."""
+    done = _child('''
+        os.close(1)
+        with masking.masked_output(secrets):
+            sys.stderr.write("err hunter2\\n")
+            sys.stderr.flush()
+    ''')
+    assert done.stderr == "err ***\n"
