@@ -209,3 +209,32 @@ def test_without_file_descriptor_1_python_writes_are_still_masked() -> None:
             sys.stderr.flush()
     ''')
     assert done.stderr == "err ***\n"
+
+
+def test_a_shorter_secret_inside_the_held_tail_waits_for_the_longer_one() -> None:
+    """Secrets ``bc`` and ``abcdef``: ``xabc`` holds ``abc`` back (it may start
+    ``abcdef``) although ``bc`` is complete inside it; ``def`` then masks it whole."""
+    masker = Masker(Secrets({"s": "bc", "t": "abcdef"}))
+    assert masker.feed("xabc") == "x"
+    assert masker.feed("def") + masker.flush() == MASK
+
+
+def test_writes_after_a_quiet_moment_are_still_masked_and_copied() -> None:
+    """The pipe's thread waits through quiet moments until the masking ends."""
+    done = _child('''
+        import time
+        with masking.masked_output(secrets):
+            os.write(2, b"first hunter2\\n")
+            time.sleep(0.3)
+            os.write(2, b"second hunter2\\n")
+    ''')
+    assert "first ***" in done.stderr, done.stderr
+    assert "second ***" in done.stderr, done.stderr
+    assert "hunter2" not in done.stderr
+
+
+@pytest.mark.parametrize("secret", ["ab", "abc", "abcd", "hunter22"])
+def test_a_whole_secret_at_the_end_of_a_write_is_masked_at_once(secret: str) -> None:
+    """Only a *start* of a longer spelling is held back: a complete secret that no longer
+    spelling begins with is masked in the same write (odd and even lengths)."""
+    assert Masker(Secrets({"s": secret})).feed("say " + secret) == "say " + MASK
