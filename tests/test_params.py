@@ -430,3 +430,24 @@ def test_a_template_inside_a_list_is_found(value: Any) -> None:
 @pytest.mark.parametrize("value", [[], [1, "x", {"a": [None]}], {"a": {}}, "text", 3])
 def test_static_values_have_no_templates(value: Any) -> None:
     assert has_templates(value) is False
+
+
+def test_a_boolean_from_the_command_line_is_read_by_value_not_identity() -> None:
+    """``-p flag=true`` arrives as a string built at run time (never the interned
+    literal): it must still read as ``True``."""
+    built = "".join(["tr", "ue"])
+    assert parse_cli_value(built, {"type": "boolean"}) is True
+    assert parse_cli_value("".join(["fal", "se"]), {"type": "boolean"}) is False
+
+
+@pytest.mark.parametrize("ref", [ParamRef("x"), StepRef("a", ("b",)), ItemRef(("k",)),
+                                 IndexRef()], ids=lambda r: type(r).__name__)
+def test_references_are_immutable_values(ref: Any) -> None:
+    """Equal references hash alike (a set or dict key) and cannot be changed in place."""
+    import dataclasses
+
+    same = type(ref)(*[getattr(ref, f.name) for f in dataclasses.fields(ref)])
+    assert {ref, same} == {ref}
+    if dataclasses.fields(ref):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(ref, dataclasses.fields(ref)[0].name, "changed")
