@@ -58,14 +58,23 @@ __all__ = [
 ]
 
 
-def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None
-             ) -> Report:
+def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None,
+             *, stdin: bytes | None = None) -> Report:
     """Check the registry and the named plans (all plans in the folder when none).
 
-    Registry or configuration problems are reported before any plan is looked at.
+    The name ``-`` is the plan in ``stdin`` (the bytes read from standard input; JSON or
+    YAML), reported as file ``<stdin>``. Registry or configuration problems are reported
+    before any plan is looked at.
+
+    Raises:
+        UsageError: ``-`` is named but no ``stdin`` was given (exit 2).
     """
+    from .checking import check_stdin
+    from .errors import UsageError
     from .paths import plan_names
 
+    if "-" in names and stdin is None:
+        raise UsageError("'-' names the plan on standard input, but none was read")
     try:
         registry = load_registry(settings)
     except Refused as exc:
@@ -77,7 +86,11 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
             settings.plans_dir), message=f"no plans in {shown_path(settings.plans_dir)}"))
     concrete = bool(given and given.given)
     for name in targets:
-        report.plans.append(check(settings, name, registry, given, concrete=concrete).report)
+        if name == "-" and stdin is not None:
+            loaded = check_stdin(settings, stdin, registry, given, concrete=concrete)
+        else:
+            loaded = check(settings, name, registry, given, concrete=concrete)
+        report.plans.append(loaded.report)
     return report
 
 

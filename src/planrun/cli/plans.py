@@ -31,7 +31,8 @@ from .options import (
 
 def validate(
     plans: Annotated[list[str] | None, typer.Argument(
-        help="Plan names or files (default: every plan in the plans folder).",
+        help="Plan names or files (default: every plan in the plans folder); '-' reads "
+        "one plan (YAML or JSON) from standard input.",
         autocompletion=lambda ctx, args, incomplete: complete_plans(
             ctx, args, incomplete))] = None,
     fmt: FormatOpt = Format.text,
@@ -56,6 +57,7 @@ def validate(
         if fmt not in (Format.text, Format.json):
             fail(UsageError(f"--json and --format {fmt.value} disagree; give one"), verbose)
         fmt = Format.json
+    stdin = _read_stdin(plans or [], verbose)
 
     try:
         settings = settings_of(project, journal)
@@ -67,9 +69,27 @@ def validate(
         raise typer.Exit(exc.exit_code) from None
     except PlanrunError as exc:
         fail(exc, verbose)
-    report = guard(lambda: api.validate(settings, plans or [], given), verbose)
+    report = guard(lambda: api.validate(settings, plans or [], given, stdin=stdin), verbose)
     print_report(report, fmt.value, strict=strict, quiet=quiet)
     raise typer.Exit(0 if report.ok(strict=strict) else 3)
+
+
+def _read_stdin(names: list[str], verbose: bool) -> bytes | None:
+    """The bytes of standard input when ``-`` is among ``names`` (else None).
+
+    A terminal on stdin, or ``-`` named twice, is a usage error (exit 2): nothing waits
+    on a person typing a plan.
+    """
+    from ..errors import UsageError
+
+    if "-" not in names:
+        return None
+    if names.count("-") > 1:
+        fail(UsageError("'-' (the plan on standard input) can be named only once"), verbose)
+    if sys.stdin is None or sys.stdin.isatty():
+        fail(UsageError("'-' reads a plan from standard input, which is a terminal; pipe "
+                        "a plan in (planrun validate - < plan.yaml)"), verbose)
+    return sys.stdin.buffer.read()
 
 
 def show(
