@@ -437,11 +437,14 @@ def render_graph(plan: CheckedPlan, fmt: str) -> str:
     return render(plan, fmt)
 
 
-def describe_tools(registry: Any) -> list[dict[str, Any]]:
-    """The registered tools as ``planrun tools`` prints them."""
+def describe_tools(registry: Any, *, allowed: bool = False) -> list[dict[str, Any]]:
+    """The registered tools as ``planrun tools`` prints them.
+
+    ``allowed``: only those the policy lets a plan use (``planrun tools --allowed``).
+    """
     from .views import describe_tools as describe
 
-    return describe(registry)
+    return describe(registry, allowed=allowed)
 
 
 def json_schema(kind: str) -> dict[str, Any]:

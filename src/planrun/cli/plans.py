@@ -136,6 +136,9 @@ def graph(
 
 def tools(
     as_json: JsonOpt = False,
+    allowed: Annotated[bool, typer.Option(
+        "--allowed", help="Only the tools the policy lets a plan use (the registry ∩ "
+        "allowed_tools, less refused classes): what a planner may use.")] = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
@@ -145,7 +148,7 @@ def tools(
 
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
     registry = guard(lambda: api.load_registry(settings), verbose, as_json)
-    data = api.describe_tools(registry)
+    data = api.describe_tools(registry, allowed=allowed)
     if as_json:
         ui.print_json(data)
     else:
