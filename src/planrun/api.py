@@ -62,6 +62,8 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
              *, stdin: bytes | None = None) -> Report:
     """Check the registry and the named plans (all plans in the folder when none).
 
+    A plan free of errors has its ``plan`` summary completed with ``params`` (the values
+    used) and ``steps`` (as substituted; see :func:`planrun.validation.substituted.substituted`).
     The name ``-`` is the plan in ``stdin`` (the bytes read from standard input; JSON or
     YAML), reported as file ``<stdin>``. Registry or configuration problems are reported
     before any plan is looked at.
@@ -72,6 +74,7 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
     from .checking import check_stdin
     from .errors import UsageError
     from .paths import plan_names
+    from .validation.substituted import substituted
 
     if "-" in names and stdin is None:
         raise UsageError("'-' names the plan on standard input, but none was read")
@@ -90,6 +93,8 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
             loaded = check_stdin(settings, stdin, registry, given, concrete=concrete)
         else:
             loaded = check(settings, name, registry, given, concrete=concrete)
+        if loaded.plan is not None and loaded.report.plan is not None:
+            loaded.report.plan.update(substituted(loaded.plan))
         report.plans.append(loaded.report)
     return report
 

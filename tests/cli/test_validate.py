@@ -163,3 +163,72 @@ def test_validate_stdin_on_a_terminal_is_a_usage_error_not_a_wait(proj: Project)
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 2
+
+
+# --- `validate --format json`: the plan as substituted (issue 13, SPEC §4, §10) --------------
+
+SUBST = """
+planrun: 1
+name: subst
+goal: Show the plan as substituted
+params:
+  who: {type: string, default: world}
+  n: {type: integer}
+  items: {type: array, default: [1, 2]}
+  token: {type: string, secret: true, default: hunter2-secret}
+steps:
+  - {id: greet, tool: echo, arguments: {value: "hello {params.who} x{params.n}"}}
+  - {id: auth, tool: echo, depends_on: [greet], arguments: {value: "{params.token}"}}
+  - id: each
+    tool: echo
+    depends_on: [greet]
+    for_each: "{params.items}"
+    arguments: {value: ["{item}", "{steps.greet.output}", "{{literal}}"]}
+"""
+
+
+def _plan_json(proj: Project, *args: str) -> dict[str, Any]:
+    from harness import run_planrun
+
+    res = run_planrun("validate", "subst", "--format", "json", *args, cwd=proj.root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "hunter2" not in res.stdout
+    (plan,) = json.loads(res.stdout)["plans"]
+    assert plan["ok"] is True
+    return dict(plan["plan"])
+
+
+def test_validate_json_includes_the_plan_as_substituted(proj: Project) -> None:
+    proj.write_plan("subst", SUBST)
+    plan = _plan_json(proj, "-p", "n=3", "-p", "who=you")
+    assert {"name", "revision", "goal", "digest", "params", "steps"} <= set(plan)
+    assert plan["params"] == {"who": "you", "n": 3, "items": [1, 2], "token": "***"}
+    greet, auth, each = plan["steps"]
+    assert greet == {"id": "greet", "tool": "echo", "arguments": {"value": "hello you x3"}}
+    assert auth["arguments"] == {"value": "***"}  # a secret never appears
+    assert each["for_each"] == [1, 2]
+    # run-time placeholders stay as written (a literal brace stays escaped)
+    assert each["arguments"] == {"value": ["{item}", "{steps.greet.output}", "{{literal}}"]}
+    assert each["depends_on"] == ["greet"]
+
+
+def test_validate_json_leaves_a_parameter_without_value_as_written(proj: Project) -> None:
+    proj.write_plan("subst", SUBST)
+    plan = _plan_json(proj)  # no -p: n has no value, the others their defaults
+    assert "n" not in plan["params"]
+    assert plan["params"]["who"] == "world"
+    assert plan["steps"][0]["arguments"] == {"value": "hello world x{params.n}"}
+
+
+def test_validate_json_of_a_refused_plan_has_no_substituted_steps(broken: Project) -> None:
+    res = invoke(broken, "validate", "broken", "--format", "json")
+    assert res.exit_code == 3
+    (plan,) = as_json(res)["plans"]
+    assert "steps" not in plan["plan"]
+
+
+def test_validate_json_substituted_braces_read_as_written(proj: Project) -> None:
+    proj.write_plan("subst", SUBST)
+    plan = _plan_json(proj, "-p", "n=1", "-p", "who=a{b}")
+    assert plan["params"]["who"] == "a{b}"  # the value
+    assert plan["steps"][0]["arguments"] == {"value": "hello a{{b}} x1"}  # as a plan reads
