@@ -54,7 +54,8 @@ __all__ = [
     "init_project", "journaled_path", "json_schema", "load_params_file", "load_registry",
     "load_settings", "log", "no_gc", "output", "param_input", "parse_age", "plan_for_viewing",
     "plan_names", "plan_outline", "plans", "policy_check", "project_key", "prune",
-    "render_graph", "resolve", "resume", "retry", "runs", "status", "unlock", "validate",
+    "read_plan_input", "render_graph", "resolve", "resume", "retry", "runs", "status", "unlock",
+    "validate",
 ]
 
 
@@ -97,6 +98,18 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
             loaded.report.plan.update(substituted(loaded.plan))
         report.plans.append(loaded.report)
     return report
+
+
+def read_plan_input(stream: Any) -> bytes:
+    """The bytes of one plan from a binary stream (``validate -``), read to a bound.
+
+    At most one byte over the plan size bound is read: more is refused (``too_large``) by
+    :func:`validate` without holding all of it.
+    """
+    from .loading import MAX_FILE_BYTES
+
+    data: bytes = stream.read(MAX_FILE_BYTES + 1)
+    return data
 
 
 def policy_check(settings: Settings) -> Report:

@@ -232,3 +232,12 @@ def test_validate_json_substituted_braces_read_as_written(proj: Project) -> None
     plan = _plan_json(proj, "-p", "n=1", "-p", "who=a{b}")
     assert plan["params"]["who"] == "a{b}"  # the value
     assert plan["steps"][0]["arguments"] == {"value": "hello a{{b}} x1"}  # as a plan reads
+
+
+def test_validate_stdin_over_the_size_bound_is_too_large(proj: Project) -> None:
+    from planrun.loading import MAX_FILE_BYTES
+
+    res = _stdin(proj, b"#" * (MAX_FILE_BYTES + 10), "--format", "json")
+    assert res.returncode == 3, res.stderr
+    (plan,) = json.loads(res.stdout)["plans"]
+    assert [i["code"] for i in plan["issues"]] == ["too_large"]

@@ -80,6 +80,7 @@ def _read_stdin(names: list[str], verbose: bool) -> bytes | None:
     A terminal on stdin, or ``-`` named twice, is a usage error (exit 2): nothing waits
     on a person typing a plan.
     """
+    from .. import api
     from ..errors import UsageError
 
     if "-" not in names:
@@ -89,7 +90,7 @@ def _read_stdin(names: list[str], verbose: bool) -> bytes | None:
     if sys.stdin is None or sys.stdin.isatty():
         fail(UsageError("'-' reads a plan from standard input, which is a terminal; pipe "
                         "a plan in (planrun validate - < plan.yaml)"), verbose)
-    return sys.stdin.buffer.read()
+    return api.read_plan_input(sys.stdin.buffer)
 
 
 def show(
