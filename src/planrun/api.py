@@ -54,18 +54,31 @@ __all__ = [
     "init_project", "journaled_path", "json_schema", "load_params_file", "load_registry",
     "load_settings", "log", "no_gc", "output", "param_input", "parse_age", "plan_for_viewing",
     "plan_names", "plan_outline", "plans", "policy_check", "project_key", "prune",
-    "render_graph", "resolve", "resume", "retry", "runs", "status", "unlock", "validate",
+    "read_plan_input", "render_graph", "resolve", "resume", "retry", "runs", "status", "unlock",
+    "validate",
 ]
 
 
-def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None
-             ) -> Report:
+def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None,
+             *, stdin: bytes | None = None) -> Report:
     """Check the registry and the named plans (all plans in the folder when none).
 
-    Registry or configuration problems are reported before any plan is looked at.
-    """
-    from .paths import plan_names
+    A plan free of errors has its ``plan`` summary completed with ``params`` (the values
+    used) and ``steps`` (as substituted; see :func:`planrun.validation.substituted.substituted`).
+    The name ``-`` is the plan in ``stdin`` (the bytes read from standard input; JSON or
+    YAML), reported as file ``<stdin>``. Registry or configuration problems are reported
+    before any plan is looked at.
 
+    Raises:
+        UsageError: ``-`` is named but no ``stdin`` was given (exit 2).
+    """
+    from .checking import check_stdin
+    from .errors import UsageError
+    from .paths import plan_names
+    from .validation.substituted import substituted
+
+    if "-" in names and stdin is None:
+        raise UsageError("'-' names the plan on standard input, but none was read")
     try:
         registry = load_registry(settings)
     except Refused as exc:
@@ -77,8 +90,26 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
             settings.plans_dir), message=f"no plans in {shown_path(settings.plans_dir)}"))
     concrete = bool(given and given.given)
     for name in targets:
-        report.plans.append(check(settings, name, registry, given, concrete=concrete).report)
+        if name == "-" and stdin is not None:
+            loaded = check_stdin(settings, stdin, registry, given, concrete=concrete)
+        else:
+            loaded = check(settings, name, registry, given, concrete=concrete)
+        if loaded.plan is not None and loaded.report.plan is not None:
+            loaded.report.plan.update(substituted(loaded.plan))
+        report.plans.append(loaded.report)
     return report
+
+
+def read_plan_input(stream: Any) -> bytes:
+    """The bytes of one plan from a binary stream (``validate -``), read to a bound.
+
+    At most one byte over the plan size bound is read: more is refused (``too_large``) by
+    :func:`validate` without holding all of it.
+    """
+    from .loading import MAX_FILE_BYTES
+
+    data: bytes = stream.read(MAX_FILE_BYTES + 1)
+    return data
 
 
 def policy_check(settings: Settings) -> Report:
@@ -424,11 +455,14 @@ def render_graph(plan: CheckedPlan, fmt: str) -> str:
     return render(plan, fmt)
 
 
-def describe_tools(registry: Any) -> list[dict[str, Any]]:
-    """The registered tools as ``planrun tools`` prints them."""
+def describe_tools(registry: Any, *, allowed: bool = False) -> list[dict[str, Any]]:
+    """The registered tools as ``planrun tools`` prints them.
+
+    ``allowed``: only those the policy lets a plan use (``planrun tools --allowed``).
+    """
     from .views import describe_tools as describe
 
-    return describe(registry)
+    return describe(registry, allowed=allowed)
 
 
 def json_schema(kind: str) -> dict[str, Any]:

@@ -151,6 +151,27 @@ def _check(settings: Settings, name: str, registry: Any, given: ParamInput | Non
     return Loaded(report, plan, document=doc.data, path=path)
 
 
+def check_stdin(settings: Settings, raw: bytes, registry: Any, given: ParamInput | None,
+                *, concrete: bool | None = None) -> Loaded:
+    """Load and check one plan read from standard input (named ``<stdin>`` in the report).
+
+    A plan without ``name`` is called ``stdin``. Problems are in the report, never raised.
+    """
+    from .loading import STDIN_NAME, DocumentError, load_stdin
+    from .validation import check_plan
+
+    with no_gc():
+        try:
+            doc = load_stdin(raw)
+        except DocumentError as exc:
+            return Loaded(PlanReport(file=STDIN_NAME, issues=list(exc.issues)), None)
+        report, plan = check_plan(doc, registry, settings, given, concrete=concrete,
+                                  name_hint="stdin")
+        if plan is not None:
+            report.issues.extend(grant_warnings(plan, doc))
+        return Loaded(report, plan, document=doc.data)
+
+
 def grant_warnings(plan: CheckedPlan, doc: Any = None) -> list[Issue]:
     """``ungrantable`` warnings: steps the policy means grants to clear, that none ever can.
 

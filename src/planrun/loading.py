@@ -522,5 +522,36 @@ def load_file(path: Path, *, display: str | None = None) -> Document:
     return parse_text(text, kind=kind_of(path), file=shown)
 
 
+#: How a plan read from standard input is named in reports (``planrun validate -``).
+STDIN_NAME = "<stdin>"
+
+
+def load_stdin(raw: bytes) -> Document:
+    """One plan read from standard input (``planrun validate -``), named ``<stdin>``.
+
+    JSON when the text starts (after blanks) with ``{`` or ``[``, else YAML — the rule for
+    a planner's output (SPEC §10).
+
+    Raises:
+        DocumentError: ``empty`` (nothing was given), ``too_large``, ``syntax`` (also for
+            text that is not UTF-8), ``duplicate_key``.
+    """
+    if len(raw) > MAX_FILE_BYTES:
+        raise DocumentError([Issue(code="too_large", file=STDIN_NAME,
+                                   message=f"standard input is over the bound of "
+                                   f"{MAX_FILE_BYTES:,} bytes")])
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError([Issue(code="syntax", file=STDIN_NAME,
+                                   message=f"not UTF-8 text (byte {exc.start})")]) from None
+    if not text.strip():
+        raise DocumentError([Issue(code="empty", file=STDIN_NAME, path="",
+                                   message="standard input is empty: pipe one plan (YAML "
+                                   "or JSON) into 'planrun validate -'")])
+    kind = "json" if text.lstrip()[:1] in ("{", "[") else "yaml"
+    return parse_text(text, kind=kind, file=STDIN_NAME)
+
+
 #: Suffixes tried for a plan name, in order (SPEC §3 "Plan lookup").
 

@@ -85,6 +85,17 @@ class Policy:
                 return name, level
         return None
 
+    def allows(self, tool: str) -> bool:
+        """True when a plan may use ``tool``.
+
+        That is: in ``allowed_tools`` (when set) and in no class the policy refuses outright
+        (a step of it would be ``not_allowed`` or ``refused``).
+        """
+        if self.allowed_tools is not None and tool not in self.allowed_tools:
+            return False
+        cls = self.class_of(tool)
+        return cls is None or cls[1] != "refuse"
+
     def clearance(self, tool: str, irreversible: bool) -> str | None:
         """Why a step of ``tool`` needs clearing, or None when it does not.
 

@@ -105,10 +105,18 @@ def render_graph(plan: CheckedPlan, fmt: str) -> str:
     raise UsageError(f"unknown graph format {fmt!r}; use mermaid or dot")
 
 
-def describe_tools(registry: Any) -> list[dict[str, Any]]:
-    """``planrun tools``: each tool's kind, flags and arguments summary."""
+def describe_tools(registry: Any, *, allowed: bool = False) -> list[dict[str, Any]]:
+    """``planrun tools``: each tool's kind, flags and arguments summary.
+
+    ``allowed``: only the tools the policy lets a plan use (``tools --allowed``: the
+    registry ∩ ``allowed_tools``, less the classes it refuses outright); without a policy,
+    every tool.
+    """
+    policy = registry.policy
     out = []
     for name in sorted(registry.tools):
+        if allowed and policy is not None and not policy.allows(name):
+            continue
         spec = registry.tools[name]
         props = spec.contract.get("properties") or {}
         required = set(spec.contract.get("required") or [])

@@ -31,7 +31,8 @@ from .options import (
 
 def validate(
     plans: Annotated[list[str] | None, typer.Argument(
-        help="Plan names or files (default: every plan in the plans folder).",
+        help="Plan names or files (default: every plan in the plans folder); '-' reads "
+        "one plan (YAML or JSON) from standard input.",
         autocompletion=lambda ctx, args, incomplete: complete_plans(
             ctx, args, incomplete))] = None,
     fmt: FormatOpt = Format.text,
@@ -56,6 +57,7 @@ def validate(
         if fmt not in (Format.text, Format.json):
             fail(UsageError(f"--json and --format {fmt.value} disagree; give one"), verbose)
         fmt = Format.json
+    stdin = _read_stdin(plans or [], verbose)
 
     try:
         settings = settings_of(project, journal)
@@ -67,9 +69,28 @@ def validate(
         raise typer.Exit(exc.exit_code) from None
     except PlanrunError as exc:
         fail(exc, verbose)
-    report = guard(lambda: api.validate(settings, plans or [], given), verbose)
+    report = guard(lambda: api.validate(settings, plans or [], given, stdin=stdin), verbose)
     print_report(report, fmt.value, strict=strict, quiet=quiet)
     raise typer.Exit(0 if report.ok(strict=strict) else 3)
+
+
+def _read_stdin(names: list[str], verbose: bool) -> bytes | None:
+    """The bytes of standard input when ``-`` is among ``names`` (else None).
+
+    A terminal on stdin, or ``-`` named twice, is a usage error (exit 2): nothing waits
+    on a person typing a plan.
+    """
+    from .. import api
+    from ..errors import UsageError
+
+    if "-" not in names:
+        return None
+    if names.count("-") > 1:
+        fail(UsageError("'-' (the plan on standard input) can be named only once"), verbose)
+    if sys.stdin is None or sys.stdin.isatty():
+        fail(UsageError("'-' reads a plan from standard input, which is a terminal; pipe "
+                        "a plan in (planrun validate - < plan.yaml)"), verbose)
+    return api.read_plan_input(sys.stdin.buffer)
 
 
 def show(
@@ -116,6 +137,9 @@ def graph(
 
 def tools(
     as_json: JsonOpt = False,
+    allowed: Annotated[bool, typer.Option(
+        "--allowed", help="Only the tools the policy lets a plan use (the registry ∩ "
+        "allowed_tools, less refused classes): what a planner may use.")] = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
@@ -125,7 +149,7 @@ def tools(
 
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
     registry = guard(lambda: api.load_registry(settings), verbose, as_json)
-    data = api.describe_tools(registry)
+    data = api.describe_tools(registry, allowed=allowed)
     if as_json:
         ui.print_json(data)
     else:

@@ -14,7 +14,8 @@ The checks run in phases, one module each:
 - :mod:`.steps` — step shapes, ids, pools, dependencies and cycles;
 - :mod:`.references` — placeholders and ``when`` conditions against the graph;
 - :mod:`.arguments` — arguments against the tool's contract;
-- :mod:`.check` — :func:`check_plan`, which runs the phases in order.
+- :mod:`.check` — :func:`check_plan`, which runs the phases in order;
+- :mod:`.substituted` — a checked plan's steps as substituted (``validate --format json``).
 """
 
 from __future__ import annotations
