@@ -241,6 +241,7 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
                              mode="plan", params=params.request(), max_rounds=rounds)
     base = request_base(registry, goal=goal, mode="plan")
     try:
+        session.start()
         accepted = propose(settings, who, base, max_rounds=rounds, registry=registry,
                            given=given, concrete=concrete, name_hint=name or slug(goal),
                            session=session, params=params, on_round=on_round)
@@ -253,8 +254,9 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     except BaseException as exc:  # Ctrl-C, a journal error: the session does not stay open
         if session.run_id is not None:
             with _suppress_all():
-                session.fail({"code": getattr(exc, "code", "interrupted"),
-                              "message": type(exc).__name__})
+                code = ("interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit)
+                        else getattr(exc, "code", "internal"))
+                session.fail({"code": code, "message": type(exc).__name__})
         raise
     data = accepted.data
     own = data.get("name")

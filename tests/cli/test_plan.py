@@ -210,6 +210,9 @@ def test_execute_planner_goal_plans_then_runs(proj: Project) -> None:
     assert "round 2: plan accepted" in result.stderr
     _, rows = run_json(proj, "runs")
     assert [r["status"] for r in rows] == ["completed", "planned"]
+    _, events = run_json(proj, "log", manifest["run_id"])
+    assert events[0]["kind"] == "planned"
+    assert events[0]["data"]["planning_run"] == rows[1]["run_id"]
 
 
 def test_execute_planner_params_are_checked_concretely(proj: Project) -> None:
@@ -281,3 +284,43 @@ def test_the_example_backup_planner_plans_a_backup_that_runs(tmp_path: Path) -> 
     assert bad.returncode == 3
     assert "error[planner]" in bad.stderr
     assert "cannot read the goal" in bad.stderr
+
+
+@pytest.mark.parametrize(("sig", "status"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_while_planning_kills_the_planner_and_closes_the_session(
+        proj: Project, sig: str, status: int) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from harness import PLANRUN
+
+    proj.write("slow.py", "import os, sys, time\nsys.stdin.read()\n"
+               "open('planner.pid', 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    proc = subprocess.Popen([*PLANRUN, "plan", "g", "--planner",
+                             f"cmd:{shlex.quote(sys.executable)} slow.py"], cwd=proj.root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = proj.root / "planner.pid"
+    try:
+        for _ in range(400):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        planner = int(pid_file.read_text())
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == status, err
+    assert "Traceback" not in err
+    for _ in range(100):
+        try:
+            os.kill(planner, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the planner outlived planrun")
+    _, rows = run_json(proj, "runs")
+    assert [r["status"] for r in rows] == ["refused"]

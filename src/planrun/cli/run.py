@@ -60,15 +60,16 @@ def execute(
     """Run a plan: validate, journal, clear approvals, run steps in dependency order."""
     from .. import api, ui
 
-    plan = _planned(plan, planner, goal, max_rounds, project=project, journal=journal,
-                    param=param, params_file=params_file, quiet=quiet, verbose=verbose,
-                    as_json=as_json)
+    plan, planned_by = _planned(plan, planner, goal, max_rounds, project=project,
+                                journal=journal, param=param, params_file=params_file,
+                                quiet=quiet, verbose=verbose, as_json=as_json)
     result = _drive(lambda settings, given, approver, progress: api.execute(
         settings, plan, given, approve=approve or [], approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        dry_run=dry_run, progress=progress), project=project, journal=journal, param=param,
-        params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
-        no_color=no_color, verbose=verbose, as_json=as_json)
+        dry_run=dry_run, progress=progress, planned_by=planned_by), project=project,
+        journal=journal, param=param, params_file=params_file,
+        approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
+        as_json=as_json)
     if isinstance(result, api.DryRun):
         for issue in api.grant_warnings(result.plan):
             ui.err(ui.issue_line(issue))
@@ -83,8 +84,10 @@ def execute(
 def _planned(plan: str | None, planner: str | None, goal: str | None,
              max_rounds: int | None, *, project: str | None, journal: str | None,
              param: list[str] | None, params_file: str | None, quiet: bool, verbose: bool,
-             as_json: bool) -> str:
-    """The plan to execute: ``plan``, or (``--planner``/``--goal``) the one planned now.
+             as_json: bool) -> tuple[str, str | None]:
+    """The plan to execute and its planning session (None without ``--planner``).
+
+    ``plan``, or (``--planner``/``--goal``) the one planned now.
 
     The planned plan is written like ``planrun plan`` writes it, validated with the
     parameters given (concrete), and then run exactly as ``execute NAME`` would.
@@ -98,7 +101,7 @@ def _planned(plan: str | None, planner: str | None, goal: str | None,
             fail(UsageError("execute needs a plan name, or --planner and --goal",
                             hint="planrun execute PLAN, or planrun execute --planner P "
                             "--goal TEXT"), verbose)
-        return plan
+        return plan, None
     if plan is not None:
         fail(UsageError(f"give a plan name ({plan!r}) or --planner/--goal, not both"), verbose)
     if planner is None or goal is None:
@@ -110,7 +113,7 @@ def _planned(plan: str | None, planner: str | None, goal: str | None,
                                   given=given, concrete=True,
                                   on_round=None if quiet else round_note), verbose, as_json)
     report_planned(done, as_json=False, quiet=quiet, show=False)
-    return str(done.name)
+    return str(done.name), done.run_id
 
 
 def _drive(call: Callable[[Any, Any, Any, Any], Any], *, project: str | None,

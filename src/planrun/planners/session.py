@@ -66,10 +66,11 @@ class JournalSession(EventSession):
 
     def _add(self, kind: str, data: Any) -> None:
         if self.run_id is None:
-            self._begin()
+            self.start()
         super()._add(kind, data)
 
-    def _begin(self) -> None:
+    def start(self) -> None:
+        """Journal the session's run (status ``planning``) before the first round."""
         from ..checking import project_key
         from ..journal import Journal, NewRun, now
         from ..journal.store import new_run_id
@@ -89,7 +90,7 @@ class JournalSession(EventSession):
         from ..journal import Journal
 
         if self.run_id is None:
-            self._begin()
+            self.start()
         assert self.run_id is not None
         with Journal(self.journal_at, write=True) as journal:
             journal.end_planning(self.run_id, status="planned", event="planned", data=data,
@@ -105,7 +106,7 @@ class JournalSession(EventSession):
         from ..journal import Journal
 
         if self.run_id is None:
-            self._begin()
+            self.start()
         assert self.run_id is not None
         with Journal(self.journal_at, write=True) as journal:
             journal.end_planning(self.run_id, status="refused", report=report)
