@@ -13,6 +13,7 @@ from .options import (
     ApprovalTimeoutOpt,
     ApproveAllOpt,
     ApproveOpt,
+    DeferApprovalOpt,
     ItemOpt,
     JournalOpt,
     JsonOpt,
@@ -43,6 +44,7 @@ def execute(
     approve: ApproveOpt = None,
     approve_all: ApproveAllOpt = False,
     approval_timeout: ApprovalTimeoutOpt = None,
+    defer_approval: DeferApprovalOpt = False,
     max_parallel: MaxParallelOpt = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", help="After a failure, go on with steps that do not depend on "
@@ -66,7 +68,8 @@ def execute(
     result = _drive(lambda settings, given, approver, progress: api.execute(
         settings, plan, given, approve=approve or [], approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        dry_run=dry_run, progress=progress, planned_by=planned_by), project=project,
+        dry_run=dry_run, progress=progress, planned_by=planned_by,
+        defer_approval=defer_approval), project=project,
         journal=journal, param=param, params_file=params_file,
         approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
         as_json=as_json)
@@ -140,6 +143,7 @@ def _finish(outcome: Any, as_json: bool, no_color: bool) -> NoReturn:
 
     for note in outcome.notes:
         ui.err(f"planrun: note: {note}")
+    _say_awaiting(outcome.manifest)
     if as_json:
         ui.print_json(outcome.manifest)
     else:
@@ -151,10 +155,25 @@ def _finish(outcome: Any, as_json: bool, no_color: bool) -> NoReturn:
     leave(outcome.exit_code, outcome.abandoned_calls)
 
 
+def _say_awaiting(m: dict[str, Any]) -> None:
+    """A run left ``awaiting_approval``: one message on stderr with the commands (SPEC §10)."""
+    from .. import ui
+
+    approval = m.get("approval")
+    if m.get("status") != "awaiting_approval" or not approval:
+        return
+    names = ", ".join(f"{w['step']} ({w['tool']})" for w in approval["waiting"])
+    ui.err(f"planrun: awaiting_approval: run {m['run_id']} waits for a person to approve "
+           f"{names or 'nothing more'}; nothing ran. Approve: {approval['approve']} "
+           f"(--resume to continue at once); or deny: {approval['deny']}; then "
+           f"{approval['resume']}.")
+
+
 def resume(
     run: Annotated[str | None, typer.Argument(
         callback=text,
-        help="Run id or prefix (default: the most recent interrupted or running run).",
+        help="Run id or prefix (default: the most recent interrupted or running run; a "
+        "run awaiting approval must be named).",
         autocompletion=lambda ctx, args, incomplete: complete_runs(
             ctx, args, incomplete))] = None,
     explain: Annotated[bool, typer.Option(
@@ -165,6 +184,7 @@ def resume(
     approve: ApproveOpt = None,
     approve_all: ApproveAllOpt = False,
     approval_timeout: ApprovalTimeoutOpt = None,
+    defer_approval: DeferApprovalOpt = False,
     max_parallel: MaxParallelOpt = None,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
@@ -173,7 +193,7 @@ def resume(
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
 ) -> None:
-    """Continue an interrupted run without repeating finished steps."""
+    """Continue an interrupted run (or one awaiting approval) without repeating steps."""
     from .. import api, ui
 
     if explain:
@@ -187,7 +207,8 @@ def resume(
         raise typer.Exit(0)
     result = _drive(lambda settings, given, approver, progress: api.resume(
         settings, run, given, approve=approve or [], approve_all=approve_all,
-        approver=approver, max_parallel=max_parallel, progress=progress), project=project,
+        approver=approver, max_parallel=max_parallel, progress=progress,
+        defer_approval=defer_approval), project=project,
         journal=journal, param=param, params_file=params_file,
         approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
         as_json=as_json)

@@ -34,7 +34,7 @@ EVENT_KINDS: tuple[str, ...] = (
 EVENT_KINDS += ("plan_proposed",)  # a planner's answer, one per round (SPEC §10)
 STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indeterminate")
 RUN_STATUSES: tuple[str, ...] = ("running", "completed", "failed", "interrupted", "denied",
-                                 "refused")
+                                 "refused", "awaiting_approval")
 RUN_STATUSES += ("planning", "planned")  # planning sessions (SPEC §10)
 #: Shortest run-id prefix accepted (SPEC §8).
 MIN_PREFIX = 4
