@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import maintenance, plans, read, run
+from . import agents, maintenance, plans, read, run
 from .options import Shell
 
 app = typer.Typer(
@@ -82,6 +82,7 @@ for _command in _THEN:
     app.command()(_command)
 app.command("prune")(maintenance.prune_runs)
 app.command()(maintenance.forget)
+app.command()(agents.mcp)  # serve agents over MCP (optional extra)
 
 #: Common flags that may also be given before the command name (``planrun -q execute``).
 _MOVABLE = {"-q", "--quiet", "-v", "--verbose", "--no-color", "--json"}
