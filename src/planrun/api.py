@@ -49,8 +49,9 @@ from .reading import (
 from .validation import CheckedPlan, ParamInput
 
 __all__ = [
-    "DryRun", "Loaded", "Report", "RunOutcome", "check", "check_approve", "describe_plan",
-    "describe_tools", "execute", "explain", "file_sha256", "follow", "forget", "grant_warnings",
+    "DryRun", "Loaded", "Report", "RunOutcome", "approve", "check", "check_approve",
+    "deny", "describe_plan", "describe_tools", "execute", "explain", "file_sha256", "follow",
+    "forget", "grant_warnings",
     "init_project", "journaled_path", "json_schema", "load_params_file", "load_registry",
     "load_settings", "log", "no_gc", "output", "param_input", "parse_age", "plan_for_viewing",
     "plan_names", "plan_outline", "plans", "policy_check", "project_key", "prune",
@@ -196,11 +197,18 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
             approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
             max_parallel: int | None = None, keep_going: bool = False,
             dry_run: bool = False, progress: Any = None,
-            dispatcher: Any = None) -> RunOutcome | DryRun:
+            dispatcher: Any = None, defer_approval: bool = False) -> RunOutcome | DryRun:
     """Load, check, journal, clear and run one plan (SPEC §5).
 
     ``dispatcher`` (a :class:`planrun.dispatch.Dispatcher`) makes the calls; default:
     the local one (threads and child processes of this process).
+
+    ``defer_approval`` (``--defer-approval``, SPEC §10): nobody is asked now (``approver``
+    is not used, also on a terminal). ``approve``, ``approve_all`` and grants clear what
+    they cover; when a step is left, the run is journaled ``awaiting_approval`` with
+    nothing run, and the outcome's manifest (``status`` ``awaiting_approval``,
+    ``exit_code`` 4) has ``approval``: ``{"waiting": [{"step", "tool", "reason"}],
+    "approve", "deny", "resume"}`` — the commands a person uses to decide.
 
     Returns:
         The run's outcome (``dry_run``: a :class:`DryRun`, nothing journaled or run); a
@@ -229,14 +237,15 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     if dry_run:
         return DryRun(plan=plan, order=plan.order(), approvals=requests)
     return _settled(lambda: _start(settings, loaded, plan, requests, approve, approve_all,
-                                   approver, max_parallel, keep_going, progress,
-                                   dispatcher))
+                                   None if defer_approval else approver, max_parallel,
+                                   keep_going, progress, dispatcher,
+                                   defer=defer_approval))
 
 
 def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list[Any],
            approve: Sequence[str], approve_all: bool, approver: Any,
            max_parallel: int | None, keep_going: bool, progress: Any,
-           dispatcher: Any = None) -> RunOutcome:
+           dispatcher: Any = None, defer: bool = False) -> RunOutcome:
     """Journal the checked plan as a new run, clear its approvals, drive it."""
     from . import clearance, runner
     from .journal import Journal
@@ -256,10 +265,13 @@ def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list
         journal.owner = owner
         journal.fresh_keys = True
         with runner.internal_guard(journal, run_id):
-            if requests:
-                clearance.clear_approvals(journal, run_id, requests, set(approve), approve_all,
-                                          approver, on_deny="denied", plan=plan,
-                                          policy=plan.policy)  # the registry's
+            if requests and clearance.clear_approvals(
+                    journal, run_id, requests, set(approve), approve_all, approver,
+                    on_deny="denied", plan=plan, policy=plan.policy,  # the registry's
+                    defer=defer):
+                from . import manifest
+
+                return RunOutcome(manifest.build(journal, run_id))  # awaiting_approval
             return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                                 owner=owner, max_parallel=parallel, keep_going=keep_going,
                                 progress=progress, fresh=True, dispatcher=dispatcher)
@@ -336,10 +348,17 @@ def plans(settings: Settings) -> list[dict[str, Any]]:
 
 def resume(settings: Settings, ref: str | None, given: ParamInput | None = None, *,
            approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
-           max_parallel: int | None = None, progress: Any = None) -> RunOutcome:
+           max_parallel: int | None = None, progress: Any = None,
+           defer_approval: bool = False) -> RunOutcome:
     """Continue an interrupted run without repeating finished steps.
 
-    ``ref``: a run id or prefix; None: the most recent interrupted or running run.
+    ``ref``: a run id or prefix; None: the most recent interrupted or running run (a run
+    ``awaiting_approval`` is continued only when named).
+
+    Decisions journaled earlier (by ``execute`` or ``approve``) whose digest still matches
+    are reused; the person is asked for what is missing. ``defer_approval``: nobody is
+    asked; what is still missing leaves the run ``awaiting_approval`` (outcome exit 4), as
+    for :func:`execute`.
 
     Returns:
         The run's outcome (a note when the plan file changed since the run started).
@@ -355,7 +374,54 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
 
     return _settled(lambda: lifecycle.resume(
         settings, ref, given, approve=list(approve), approve_all=approve_all,
-        approver=approver, max_parallel=max_parallel, progress=progress))
+        approver=None if defer_approval else approver, max_parallel=max_parallel,
+        progress=progress, defer_approval=defer_approval))
+
+
+def approve(settings: Settings, ref: str, steps: Sequence[str] = (), *,
+            approve_all: bool = False, approver: Any = None,
+            reason: str | None = None) -> dict[str, Any]:
+    """Decide on the steps a run ``awaiting_approval`` waits for (SPEC §10).
+
+    ``steps`` (or ``approve_all``) approve by name (method ``flag``); with neither, the
+    ``approver`` (a person at a terminal) is asked about each waiting step. Decisions are
+    journaled as at ``execute`` and reused by :func:`resume` while their digest matches.
+
+    Returns:
+        ``{"run_id", "status", "approved": [step ids], "already": [named steps that were
+        not waiting], "waiting": [step ids still waiting], "next"}``.
+
+    Raises:
+        UsageError: ``unknown_step`` — a named step is not in the run (exit 2).
+        ApprovalError: ``approval_required`` (nothing named, nobody to ask) or
+            ``approval_denied`` (the person said no; the run is now ``denied``) (exit 4).
+        RunError: ``unknown_run``, ``run_busy``, ``not_awaiting_approval`` (exit 5).
+        JournalError: the journal is unusable (exit 6).
+    """
+    from . import awaiting
+    from .journal import Journal
+
+    with Journal(settings.journal, write=True) as journal:
+        return awaiting.approve(journal, ref, list(steps), approve_all=approve_all,
+                                approver=approver, reason=reason)
+
+
+def deny(settings: Settings, ref: str, *, reason: str | None = None) -> dict[str, Any]:
+    """Deny a run ``awaiting_approval``: its waiting steps are denied, the run ``denied``.
+
+    Returns:
+        The run's manifest (status ``denied``).
+
+    Raises:
+        RunError: ``unknown_run``, ``run_busy``, ``not_awaiting_approval`` (exit 5).
+        JournalError: the journal is unusable (exit 6).
+    """
+    from . import awaiting, manifest
+    from .journal import Journal
+
+    with Journal(settings.journal, write=True) as journal:
+        run_id = awaiting.deny(journal, ref, reason=reason)
+        return manifest.build(journal, run_id)
 
 
 def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,

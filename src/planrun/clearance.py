@@ -126,8 +126,13 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
                     approve: set[str], approve_all: bool, approver: Any,
                     *, on_deny: str | None, plan: CheckedPlan | None = None,
                     policy: Any = None,
-                    whole_run: Sequence[ApprovalRequest] | None = None) -> None:
+                    whole_run: Sequence[ApprovalRequest] | None = None,
+                    defer: bool = False) -> list[ApprovalRequest]:
     """Clear every request (journaling each decision) or raise :class:`ApprovalError`.
+
+    With ``defer`` (``--defer-approval``, SPEC §10), steps that nobody can clear now (no
+    terminal, no flag, no grant) do not fail the run: it is left ``awaiting_approval``
+    (its lease released, nothing run) and those steps are returned.
 
     Args:
         journal: the journal (its ``owner`` holds the run's lease).
@@ -142,6 +147,11 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
         policy: the policy whose grants may clear steps unattended.
         whole_run: every step of the run that needs clearing, when ``requests`` are only
             some of them (a resume): a grant's ``max_total`` counts them all.
+        defer: leave the run ``awaiting_approval`` instead of failing when nobody can
+            be asked.
+
+    Returns:
+        The requests left waiting for a person (only with ``defer``; else empty).
 
     Raises:
         ApprovalError: ``approval_required`` (nobody to ask) or ``approval_denied``.
@@ -149,8 +159,11 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
     from .executor import inject_fault
 
     for r in requests:
+        # intent and arguments (run-time placeholders as written, secrets as references):
+        # what `planrun approve` shows the person later (SPEC §10)
         journal.add_event(run_id, "approval_required", step_id=r.step_id,
-                          data={"tool": r.tool, "digest": r.digest, "reason": r.reason})
+                          data={"tool": r.tool, "digest": r.digest, "reason": r.reason,
+                                "intent": r.intent, "arguments": r.arguments})
     inject_fault("approval")
     by_step = {r.step_id: r for r in requests}
     escalated: dict[str, str] = {}
@@ -160,13 +173,19 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
     done = {d.step_id for d in granted}
     requests = [r for r in requests if r.step_id not in done]
     if not requests:
-        return
+        return []
     try:
         decisions = clear(requests, approve=approve, approve_all=approve_all,
                           approver=approver)
     except ApprovalError as exc:
         for d in exc.details or []:
             record_decision(journal, run_id, by_step[d.step_id], d)
+        if defer:
+            cleared = {d.step_id for d in exc.details or []}
+            left = [r for r in requests if r.step_id not in cleared]
+            journal.finish_run(run_id, "awaiting_approval", {
+                "reason": "approval_required", "waiting": [r.step_id for r in left]})
+            return left
         _deny(journal, run_id, on_deny, "approval_required")
         raise _unattended_error(exc, run_id, requests, escalated, policy, plan) from None
     for d in decisions:
@@ -182,6 +201,7 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
         raise ApprovalError(f"step {step!r} was not approved{why}; nothing ran",
                             code="approval_denied",
                             hint=f"Run again and answer y, or pass --approve {step}.")
+    return []
 
 
 def _unattended_error(exc: ApprovalError, run_id: str, requests: Sequence[ApprovalRequest],

@@ -20,7 +20,7 @@ from typing import Any
 from . import clearance, redact, runner
 from .approval import request_for
 from .checking import check_approve, file_sha256, load_registry, no_gc
-from .errors import Refused, RunError, UsageError
+from .errors import ApprovalError, Refused, RunError, UsageError
 from .executor import StepState
 from .issues import PlanReport, Report
 from .journal import ItemRecord, Journal, RunRecord, StepRecord
@@ -246,6 +246,10 @@ def _items(journal: Journal, run_id: str) -> dict[str, list[ItemRecord]]:
     return out
 
 
+#: A run waiting for a person (SPEC §10): resumed only when named, never by default.
+AWAITING = "awaiting_approval"
+
+
 def _resumable_run(journal: Journal, ref: str | None) -> RunRecord:
     if ref is None:
         run_id = journal.latest_resumable()
@@ -255,6 +259,8 @@ def _resumable_run(journal: Journal, ref: str | None) -> RunRecord:
     else:
         run_id = journal.resolve_run_id(ref)
     row = journal.run(run_id)
+    if row.status == AWAITING and ref is not None:
+        return row
     if row.status not in RESUMABLE:
         hint = (f"Start a child run that re-runs the failed steps: planrun retry {run_id}"
                 if row.status == "failed" else "Start a new run with planrun execute.")
@@ -284,21 +290,28 @@ def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]],
 def resume(settings: Settings, ref: str | None, given: ParamInput | None = None, *,
            approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
            max_parallel: int | None = None, keep_going: bool | None = None,
-           progress: Any = None) -> RunOutcome:
+           progress: Any = None, defer_approval: bool = False) -> RunOutcome:
     """Continue an interrupted run (SPEC §7 "planrun resume").
+
+    A run ``awaiting_approval`` (SPEC §10) is continued when ``ref`` names it: decisions
+    journaled for it (``execute`` flags, ``planrun approve``) are reused while their
+    digest matches; what is missing is asked (``approver``) or cleared by flags/grants.
+    ``defer_approval`` (no ``approver``): what is still missing leaves the run
+    ``awaiting_approval`` again, and the outcome says so (exit 4).
 
     Raises:
         RunError: ``unknown_run``, ``run_not_resumable``, ``run_busy``, ``indeterminate``
             (exit 5).
         Refused: the journaled plan no longer passes validation (exit 3).
         ApprovalError: a step that still needs clearance was not cleared (exit 4); the run
-            stays resumable.
+            stays resumable (an awaiting run stays awaiting; a person's "no" at the prompt
+            ends an awaiting run ``denied``).
     """
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal, contextlib.ExitStack() as guard:
         row = _resumable_run(journal, ref)
         run_id = row.run_id
-        journal.take_lease(run_id, owner, statuses=RESUMABLE)
+        journal.take_lease(run_id, owner, statuses=(*RESUMABLE, AWAITING))
         guard.enter_context(runner.internal_guard(journal, run_id))  # a bug: run failed
         try:
             plan = _replan(journal, settings, row, given)
@@ -313,11 +326,21 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             to_run = {sid for sid, st in found.state.items() if st.status == "pending"}
             requests = _missing_approvals(journal, run_id, plan, to_run)
             if requests:
-                clearance.clear_approvals(journal, run_id, requests, set(approve or []),
-                                       approve_all, approver, on_deny=None, plan=plan,
-                                       policy=plan.policy, whole_run=[
-                                           request_for(s) for s in plan.steps
-                                           if s.approval_reason])
+                try:
+                    left = clearance.clear_approvals(
+                        journal, run_id, requests, set(approve or []), approve_all,
+                        approver, on_deny=None, plan=plan, policy=plan.policy,
+                        whole_run=[request_for(s) for s in plan.steps if s.approval_reason],
+                        defer=defer_approval)
+                except ApprovalError as exc:
+                    if exc.code == "approval_denied" and row.status == AWAITING:
+                        # a person said no to a run that waited for one: it is decided
+                        journal.finish_run(run_id, "denied", {"reason": "approval_denied"})
+                    raise
+                if left:  # awaiting_approval again; its lease is released
+                    from . import manifest
+
+                    return RunOutcome(manifest.build(journal, run_id))
             options = row.options
             parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
             going = options.get("keep_going", False) if keep_going is None else keep_going
@@ -382,7 +405,33 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         calls = journal.calls(run_id)
         busy = any(c["alive"] is not False for c in calls)
         note = changed_plan_note(settings, row)
-        return {"run_id": run_id, "status": row.status, "lease": lease, "calls": calls,
-                "revalidation": {"ok": problems is None, "issues": problems or []},
-                "would_stop": bool(found.blocked) or problems is not None or busy,
-                "steps": found.explain, "notes": [note] if note else []}
+        out: dict[str, Any] = {"run_id": run_id, "status": row.status, "lease": lease,
+                               "calls": calls,
+                               "revalidation": {"ok": problems is None,
+                                                "issues": problems or []},
+                               "would_stop": bool(found.blocked) or problems is not None
+                               or busy,
+                               "steps": found.explain, "notes": [note] if note else []}
+        if row.status == AWAITING:
+            _explain_waiting(journal, run_id, out)
+        return out
+
+
+def _explain_waiting(journal: Journal, run_id: str, report: dict[str, Any]) -> None:
+    """An awaiting run's explanation: which steps wait for a person, how to clear them.
+
+    Such a step's action is ``ask`` (resume asks on a terminal, or stops with exit 4
+    without one); ``approval`` holds the run's waiting steps and the commands.
+    """
+    from .awaiting import summary
+
+    approval = summary(journal, run_id)
+    waits = {w["step"]: w for w in approval["waiting"]}
+    for s in report["steps"]:
+        w = waits.get(s["step"])
+        if w is not None and s["action"] == "run":
+            s["action"] = "ask"
+            s["why"] = (f"never dispatched; needs a person's approval ({w['reason']}): "
+                        f"planrun approve {run_id} {w['step']}, or resume on a terminal "
+                        "to be asked")
+    report["approval"] = approval

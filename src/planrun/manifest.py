@@ -38,7 +38,11 @@ def _driven(run: RunRecord) -> bool:
 
 
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
-    """The manifest object of one run (keys of SPEC §5)."""
+    """The manifest object of one run (keys of SPEC §5).
+
+    A run ``awaiting_approval`` also has ``approval``: the steps it waits for and the
+    commands that decide (``approve``, ``deny``) and continue it (``resume``).
+    """
     run = journal.run(run_id)
     rows = journal.steps(run_id)
     # Durations are working time: a run resumed after it died (or was interrupted) does
@@ -71,7 +75,15 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     status = run.status
     resumable = status in RESUMABLE
     nxt = None
-    if resumable and _driven(run):
+    approval = None
+    if status == "awaiting_approval":
+        from .awaiting import summary
+
+        # resume continues it once its steps are cleared (SPEC §10)
+        resumable = True
+        approval = summary(journal, run_id)
+        nxt = approval["approve"] if approval["waiting"] else approval["resume"]
+    elif resumable and _driven(run):
         # Another live process drives it: resume would be refused (run_busy); watch it.
         nxt = f"planrun log {run_id} --follow"
     elif resumable:
@@ -80,7 +92,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
         nxt = (f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed" if unknown
                else f"planrun retry {run_id}")
-    return {
+    out = {
         "run_id": run_id,
         "root_run_id": run.root_run_id,
         "parent_run_id": run.parent_run_id,
@@ -98,3 +110,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         "resumable": resumable,
         "next": nxt,
     }
+    if approval is not None:
+        # only for a run awaiting approval: {"waiting": [{"step", "tool", "reason"}],
+        # "approve", "deny", "resume"} (the commands that decide and continue it)
+        out["approval"] = approval
+    return out

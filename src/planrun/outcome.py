@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EXIT_RUN_FAILED, PlanrunError
+from .errors import EXIT_APPROVAL, EXIT_RUN_FAILED, PlanrunError
 
 
 @dataclass
@@ -41,7 +41,12 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        """The exit status of SPEC §9: 0 completed, 1 failed, 130/143 interrupted."""
+        """The exit status of SPEC §9: 0 completed, 1 failed, 130/143 interrupted.
+
+        4 for a run left ``awaiting_approval`` (``--defer-approval``, SPEC §10).
+        """
         if self.signal_exit is not None:
             return self.signal_exit
+        if self.status == "awaiting_approval" and self.error is None:
+            return EXIT_APPROVAL
         return 0 if self.status == "completed" and self.error is None else EXIT_RUN_FAILED

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import agents, maintenance, plans, read, run
+from . import agents, approvals, maintenance, plans, read, run
 from .options import Shell
 
 app = typer.Typer(
@@ -68,7 +68,8 @@ def completion(
 
 # The commands, in the order `planrun --help` lists them.
 _FIRST: tuple[Callable[..., None], ...] = (
-    plans.validate, run.execute, run.resume, run.resolve, run.retry, maintenance.unlock,
+    plans.validate, run.execute, run.resume, approvals.approve, approvals.deny,
+    run.resolve, run.retry, maintenance.unlock,
     plans.show, plans.graph, plans.tools, plans.schema, plans.init)
 _THEN: tuple[Callable[..., None], ...] = (
     read.status, read.runs, read.log, read.output, plans.plans)

@@ -99,15 +99,19 @@ def _ctx_settings(args: list[str] | None) -> Any:
 def complete_runs(ctx: Any, args: list[str], incomplete: str) -> list[str]:
     """Recent run ids of the project from the journal (read-only; empty on any problem).
 
-    ``resume``: only runs it can continue (``interrupted`` or ``running``); ``retry``: only
-    failed ones.
+    ``resume``: only runs it can continue (``interrupted``, ``running`` or
+    ``awaiting_approval``); ``retry``: only failed ones; ``approve``, ``deny``: only runs
+    ``awaiting_approval``.
     """
     try:
         from .. import api
 
         settings = _ctx_settings(args)
-        wanted = {"resume": ("interrupted", "running"), "retry": ("failed",),
-                  "resolve": ("interrupted", "running", "failed")}.get(
+        wanted = {"resume": ("interrupted", "running", "awaiting_approval"),
+                  "retry": ("failed",),
+                  "resolve": ("interrupted", "running", "failed"),
+                  "approve": ("awaiting_approval",),
+                  "deny": ("awaiting_approval",)}.get(
             getattr(getattr(ctx, "command", None), "name", ""))
         rows = api.runs(settings, limit=200)
         return [r["run_id"] for r in rows if r["run_id"].startswith(incomplete)

@@ -69,6 +69,9 @@ ApproveOpt = Annotated[list[str] | None, typer.Option(
     autocompletion=lambda ctx, args, incomplete: complete_approve(ctx, args, incomplete))]
 ApproveAllOpt = Annotated[bool, typer.Option(
     "--approve-all", help="Clear every step that needs approval.")]
+DeferApprovalOpt = Annotated[bool, typer.Option(
+    "--defer-approval", help="Ask nobody now: a step that flags or grants do not clear "
+    "leaves the run awaiting_approval (exit 4) until planrun approve or deny.")]
 ApprovalTimeoutOpt = Annotated[float | None, typer.Option(
     "--approval-timeout", help="On a terminal, deny when nobody answers in this many "
     "seconds.", metavar="SECONDS", min=0, max=1e9)]
@@ -107,6 +110,7 @@ class RunStatus(StrEnum):
     interrupted = "interrupted"
     denied = "denied"
     refused = "refused"
+    awaiting_approval = "awaiting_approval"
 
 
 StatusOpt = Annotated[RunStatus | None, typer.Option("--status",

@@ -13,6 +13,7 @@ from .options import (
     ApprovalTimeoutOpt,
     ApproveAllOpt,
     ApproveOpt,
+    DeferApprovalOpt,
     ItemOpt,
     JournalOpt,
     JsonOpt,
@@ -36,6 +37,7 @@ def execute(
     approve: ApproveOpt = None,
     approve_all: ApproveAllOpt = False,
     approval_timeout: ApprovalTimeoutOpt = None,
+    defer_approval: DeferApprovalOpt = False,
     max_parallel: MaxParallelOpt = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", help="After a failure, go on with steps that do not depend on "
@@ -56,7 +58,8 @@ def execute(
     result = _drive(lambda settings, given, approver, progress: api.execute(
         settings, plan, given, approve=approve or [], approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        dry_run=dry_run, progress=progress), project=project, journal=journal, param=param,
+        dry_run=dry_run, progress=progress, defer_approval=defer_approval), project=project,
+        journal=journal, param=param,
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json)
     if isinstance(result, api.DryRun):
@@ -94,6 +97,7 @@ def _finish(outcome: Any, as_json: bool, no_color: bool) -> NoReturn:
 
     for note in outcome.notes:
         ui.err(f"planrun: note: {note}")
+    _say_awaiting(outcome.manifest)
     if as_json:
         ui.print_json(outcome.manifest)
     else:
@@ -105,10 +109,25 @@ def _finish(outcome: Any, as_json: bool, no_color: bool) -> NoReturn:
     leave(outcome.exit_code, outcome.abandoned_calls)
 
 
+def _say_awaiting(m: dict[str, Any]) -> None:
+    """A run left ``awaiting_approval``: one message on stderr with the commands (SPEC §10)."""
+    from .. import ui
+
+    approval = m.get("approval")
+    if m.get("status") != "awaiting_approval" or not approval:
+        return
+    names = ", ".join(f"{w['step']} ({w['tool']})" for w in approval["waiting"])
+    ui.err(f"planrun: awaiting_approval: run {m['run_id']} waits for a person to approve "
+           f"{names or 'nothing more'}; nothing ran. Approve: {approval['approve']} "
+           f"(--resume to continue at once); or deny: {approval['deny']}; then "
+           f"{approval['resume']}.")
+
+
 def resume(
     run: Annotated[str | None, typer.Argument(
         callback=text,
-        help="Run id or prefix (default: the most recent interrupted or running run).",
+        help="Run id or prefix (default: the most recent interrupted or running run; a "
+        "run awaiting approval must be named).",
         autocompletion=lambda ctx, args, incomplete: complete_runs(
             ctx, args, incomplete))] = None,
     explain: Annotated[bool, typer.Option(
@@ -119,6 +138,7 @@ def resume(
     approve: ApproveOpt = None,
     approve_all: ApproveAllOpt = False,
     approval_timeout: ApprovalTimeoutOpt = None,
+    defer_approval: DeferApprovalOpt = False,
     max_parallel: MaxParallelOpt = None,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
@@ -127,7 +147,7 @@ def resume(
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
 ) -> None:
-    """Continue an interrupted run without repeating finished steps."""
+    """Continue an interrupted run (or one awaiting approval) without repeating steps."""
     from .. import api, ui
 
     if explain:
@@ -141,7 +161,8 @@ def resume(
         raise typer.Exit(0)
     result = _drive(lambda settings, given, approver, progress: api.resume(
         settings, run, given, approve=approve or [], approve_all=approve_all,
-        approver=approver, max_parallel=max_parallel, progress=progress), project=project,
+        approver=approver, max_parallel=max_parallel, progress=progress,
+        defer_approval=defer_approval), project=project,
         journal=journal, param=param, params_file=params_file,
         approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
         as_json=as_json)

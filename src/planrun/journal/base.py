@@ -32,7 +32,8 @@ EVENT_KINDS = (
     "run_finished", "indeterminate_resolved",
 )
 STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indeterminate")
-RUN_STATUSES = ("running", "completed", "failed", "interrupted", "denied", "refused")
+RUN_STATUSES = ("running", "completed", "failed", "interrupted", "denied", "refused",
+                "awaiting_approval")
 #: Shortest run-id prefix accepted (SPEC §8).
 MIN_PREFIX = 4
 #: Seconds a lease lasts without renewal; a running process renews it every third of this.

@@ -64,10 +64,12 @@ class RunsMixin(JournalBase):
         """Set the run's final status and release its lease.
 
         With its ``run_finished`` event (``run_interrupted`` for an interrupted run, which
-        stays resumable).
+        stays resumable). ``awaiting_approval`` (SPEC §10) is not finished either: no
+        ``finished_at``; its event is ``run_finished`` with that status (this process is
+        done with it until a person decides).
         """
         ts = now()
-        done = status not in ("running", "interrupted")
+        done = status not in ("running", "interrupted", "awaiting_approval")
         with self._write() as c:
             self._guard(c, run_id)
             c.execute("UPDATE runs SET status = ?, finished_at = ?, lease_owner = NULL, "

@@ -238,6 +238,12 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         out(head)
         for s in m["steps"]:
             out("  " + _step_line(s))
+    approval = m.get("approval")
+    if approval and approval["waiting"]:  # awaiting approval (SPEC §10): who decides
+        out("waiting for approval: " + ", ".join(
+            f"{w['step']} ({w['tool']})" for w in approval["waiting"]))
+        out(f"approve: {approval['approve']}")
+        out(f"deny: {approval['deny']}")
     if m.get("next"):
         out(f"next: {m['next']}")
 
