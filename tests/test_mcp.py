@@ -275,7 +275,9 @@ def test_execute_waits_for_a_person_then_approve_and_resume_complete_it(
     run_id = data["run_id"]
     assert data["status"] == "awaiting_approval", data
     assert data["ok"] is False
-    assert f"planrun approve {run_id}" in data["next"]
+    assert data["next"] == f"planrun approve {run_id} wipe"
+    assert data["waiting"] == [{"step": "wipe", "tool": "wipe", "reason": "irreversible"}]
+    assert data["exit_status"] == 4
     assert f"planrun approve {run_id}" in started.content[0].text
     assert _effects(agent_project) == []  # nothing has run
     # An ordinary journaled run, seen by the CLI.
@@ -289,8 +291,10 @@ def test_execute_waits_for_a_person_then_approve_and_resume_complete_it(
 
     resumed, cheat = _serve(agent_project, still_waiting)
     # Resuming through the server never clears the step: the run still waits.
-    assert resumed.structured_content.get("status", "awaiting_approval") == "awaiting_approval"
+    assert resumed.structured_content["status"] == "awaiting_approval"
     assert cheat.is_error is True  # an unknown argument is refused, not ignored
+    assert cheat.structured_content["error"]["code"] == "usage"
+    assert "'approve_all'" in cheat.content[0].text
     assert _effects(agent_project) == []
 
     approved = _cli(agent_project, "approve", run_id, "--all")
@@ -310,8 +314,12 @@ def test_execute_waits_for_a_person_then_approve_and_resume_complete_it(
     status, log, output, unknown, runs = _serve(agent_project, read)
     assert status.structured_content["status"] == "completed"
     assert status.structured_content["run_id"] == run_id
-    events = [e["event"] for e in log.structured_content["events"]]
-    assert "run_started" in events or events[0].startswith("run"), events
+    kinds = [e["kind"] for e in log.structured_content["events"]]
+    assert kinds[0] == "planned"
+    assert "awaiting_approval" in kinds or any("approv" in k for k in kinds), kinds
+    assert ("step_succeeded", "wipe") in [(e["kind"], e["step"])
+                                          for e in log.structured_content["events"]]
+    assert "step_succeeded wipe" in log.content[0].text
     assert output.structured_content["output"] == {"wiped": 1}
     assert unknown.is_error is True
     assert unknown.structured_content["error"]["code"] == "unknown_run"

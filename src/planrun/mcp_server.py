@@ -365,7 +365,7 @@ class Session:
         for event in events:
             if isinstance(event.get("data"), dict):
                 event["data"].pop("traceback", None)
-        lines = [f"{e.get('event')} {e.get('step_id') or ''}".rstrip() for e in events]
+        lines = [f"{e.get('kind')} {e.get('step') or ''}".rstrip() for e in events]
         return _result({"run_id": run_id, "events": events},
                        f"run {run_id}: {len(events)} event(s)\n" + "\n".join(lines))
 
@@ -393,35 +393,75 @@ def _usage(message: str) -> PlanrunError:
 
 
 def _outcome(outcome: Any, secrets: dict[str, Any]) -> CallToolResult:
+    """A driven run as a tool result.
+
+    ``{"ok", "run_id", "status", "exit_status", "next", "waiting", "manifest"}``.
+
+    ``next``: what to do now, as the manifest says (for a run ``awaiting_approval``: the
+    ``planrun approve`` command a person runs); ``waiting``: the steps waiting for a
+    person (``[{"step", "tool", "reason"}]``).
+    """
     m = outcome.manifest
     run_id = m.get("run_id")
     status = outcome.status
+    approval = m.get("approval") if isinstance(m.get("approval"), dict) else {}
+    waiting = approval.get("waiting") or []
     data: dict[str, Any] = {"ok": status == "completed" and outcome.error is None,
                             "run_id": run_id, "status": status,
-                            "exit_status": outcome.exit_code, "next": None, "manifest": m}
+                            "exit_status": outcome.exit_code, "next": m.get("next"),
+                            "waiting": waiting, "manifest": m}
     if status == "awaiting_approval":
-        data["next"] = (f"a person runs: planrun approve {run_id} (then call resume_run "
-                        f"with run {run_id!r})")
-        waiting = [s["id"] for s in m.get("steps", []) if isinstance(s, dict)
-                   and s.get("status") in ("awaiting_approval", "pending")]
-        summary = (f"run {run_id} is awaiting approval; nothing has run. A person must "
-                   f"run `planrun approve {run_id}` (this server cannot clear a step); "
-                   f"then call resume_run. Steps: {', '.join(waiting)}")
+        command = approval.get("approve") or f"planrun approve {run_id}"
+        data["next"] = command
+        steps = ", ".join(f"{w.get('step')} ({w.get('reason')})" for w in waiting
+                          if isinstance(w, dict))
+        summary = (f"run {run_id} is awaiting approval; nothing has run. Waiting for a "
+                   f"person: {steps or 'see manifest'}. This server cannot clear a step: "
+                   f"a person runs `{command}` (or `planrun deny {run_id}`), then call "
+                   f"resume_run with run {run_id!r}.")
     else:
         summary = f"run {run_id}: {status} (exit {outcome.exit_code})"
         if outcome.error is not None:
             summary += f"; error[{outcome.error.code}]: {outcome.error.message}"
+        if data["next"]:
+            summary += f"; next: {data['next']}"
     if outcome.notes:
         summary += "\n" + "\n".join(f"note: {n}" for n in outcome.notes)
-    return _result(data, summary, error=False, secrets=secrets)
+    return _result(data, summary, secrets=secrets)
+
+
+class StrictArguments:
+    """Middleware: a tool call with an argument its tool does not declare is refused.
+
+    The SDK ignores unknown arguments; here ``approve_all: true`` (or any misspelt
+    argument) is a tool error naming it, not silently dropped.
+
+    Args:
+        accepted: tool name → the argument names it declares.
+    """
+
+    def __init__(self, accepted: dict[str, set[str]]) -> None:
+        self.accepted = accepted
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        """Refuse the call (a tool result, ``isError`` true) or pass it on."""
+        params = ctx.params if ctx.method == "tools/call" else None
+        if isinstance(params, dict):
+            known = self.accepted.get(str(params.get("name")))
+            given = params.get("arguments")
+            if known is not None and isinstance(given, dict):
+                unknown = sorted(str(k) for k in given if k not in known)
+                if unknown:
+                    takes = ", ".join(sorted(known)) or "no arguments"
+                    return _failure(_usage(
+                        f"{params['name']} does not take {', '.join(map(repr, unknown))}; "
+                        f"it takes: {takes}"))
+        return await call_next(ctx)
 
 
 def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
     """The MCP server of one session on ``settings``' project and journal."""
     session = Session(settings, driver)
-    server: MCPServer[Any] = MCPServer(
-        name="planrun", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-        subscriptions=False)
     write = ToolAnnotations(read_only_hint=False, destructive_hint=True,
                             idempotent_hint=False, open_world_hint=True)
     tools: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
@@ -430,6 +470,12 @@ def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
         (session.execute_plan, write), (session.resume_run, write),
         (session.run_status, _READ), (session.list_runs, _READ), (session.run_log, _READ),
         (session.run_output, _READ)]
+    import inspect
+
+    accepted = {fn.__name__: set(inspect.signature(fn).parameters) for fn, _ in tools}
+    server: MCPServer[Any] = MCPServer(
+        name="planrun", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+        subscriptions=False, middleware=[StrictArguments(accepted)])
     for fn, hints in tools:
         server.add_tool(fn, name=fn.__name__, annotations=hints)
     return server
