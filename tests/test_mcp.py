@@ -49,6 +49,10 @@ tools:
       properties: {value: {}}
       required: [value]
       additionalProperties: false
+  hold:
+    python: agenttools:hold
+    description: Tell the test this process's id, then wait for its word.
+    arguments: {type: object, additionalProperties: false}
   launch:
     python: agenttools:echo
     description: Registered, but the policy does not allow it.
@@ -87,6 +91,18 @@ def shout(value):
     return {"value": value}
 
 
+def hold():
+    import time
+
+    (HERE / "server.pid").write_text(str(os.getpid()))
+    for _ in range(600):
+        if (HERE / "go").exists():
+            break
+        time.sleep(0.05)
+    _record("hold")
+    return {"held": True}
+
+
 def wipe(value):
     _record(f"wipe {value}")
     return {"wiped": value}
@@ -94,7 +110,7 @@ def wipe(value):
 
 CONFIG = """
 [policy]
-allowed_tools = ["echo", "shout", "wipe"]
+allowed_tools = ["echo", "shout", "wipe", "hold"]
 """
 
 HELLO = """
@@ -118,6 +134,15 @@ steps:
   - {id: wipe, tool: wipe, depends_on: [first], arguments: {value: "{steps.first.output.value}"}}
 """
 
+HOLD = """
+planrun: 1
+name: hold
+goal: Wait for the test, then echo
+steps:
+  - {id: hold, tool: hold}
+  - {id: after, tool: echo, depends_on: [hold], arguments: {value: 2}}
+"""
+
 BROKEN = """
 planrun: 1
 name: broken
@@ -137,6 +162,7 @@ def agent_project(tmp_path: Path) -> Path:
     (root / "planrun.toml").write_text(CONFIG)
     (root / "plans" / "hello.yaml").write_text(HELLO)
     (root / "plans" / "danger.yaml").write_text(DANGER)
+    (root / "plans" / "hold.yaml").write_text(HOLD)
     return root
 
 
@@ -197,7 +223,7 @@ def test_lists_only_allowed_tools_and_no_tool_can_clear_a_step(agent_project: Pa
         assert not [f for f in fields if "approv" in f or "grant" in f], (tool.name, fields)
     assert not catalog.is_error
     allowed = [t["name"] for t in catalog.structured_content["tools"]]
-    assert sorted(allowed) == ["echo", "shout", "wipe"]  # launch is registered, not allowed
+    assert sorted(allowed) == ["echo", "hold", "shout", "wipe"]  # launch is registered, not allowed
     wipe = next(t for t in catalog.structured_content["tools"] if t["name"] == "wipe")
     assert wipe["irreversible"] is True
 
@@ -339,9 +365,14 @@ def test_a_tool_that_prints_does_not_break_the_protocol_and_secrets_are_masked(
         shown = await _call(session, "show_plan", plan="hello", params={"token": secret})
         checked = await _call(session, "validate_plan", plan="hello",
                               params={"token": secret})
-        return ran, after, shown, checked
+        again = await _call(session, "resume_run", run=ran.structured_content["run_id"],
+                            params={"token": secret})
+        return ran, after, shown, checked, again
 
-    ran, after, shown, checked = _serve(agent_project, body)
+    ran, after, shown, checked, again = _serve(agent_project, body)
+    assert again.is_error is True  # a completed run is not resumable
+    assert again.structured_content["error"]["code"] == "run_not_resumable"
+    assert ran.structured_content["manifest"]["params"]["token"] == "***"
     assert ran.structured_content["status"] == "completed", ran.structured_content
     assert _effects(agent_project) == ["echo hello agent", f"shout {secret}"]
     assert after.structured_content["output"] == {"value": "***"}
@@ -349,11 +380,48 @@ def test_a_tool_that_prints_does_not_break_the_protocol_and_secrets_are_masked(
     assert "SHOUT" in err
     assert "not json-rpc at all" in err
     assert "from a child process" in err
-    for result in (ran, after, shown, checked):
+    for result in (ran, after, shown, checked, again):
         dumped = json.dumps(result.structured_content) + result.content[0].text
         assert secret not in dumped
     assert secret not in err
     assert "Traceback" not in err
+
+
+def test_sigterm_during_a_run_interrupts_it_and_the_session_goes_on(
+        agent_project: Path) -> None:
+    # The run is driven on the server's main thread: the scheduler's signal handlers work,
+    # and SIGTERM interrupts the run as it does `planrun execute` (journaled, resumable).
+    import os
+    import signal
+
+    async def body(session: ClientSession) -> Any:
+        results: list[Any] = []
+
+        async def execute() -> None:
+            results.append(await _call(session, "execute_plan", plan="hold"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(execute)
+            pid_file = agent_project / "server.pid"
+            while not pid_file.exists():
+                await anyio.sleep(0.05)
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            # While the run is stopping, the read tools still answer.
+            status = await _call(session, "run_status")
+            (agent_project / "go").write_text("")
+        after = await _call(session, "run_status")
+        return results[0], status, after
+
+    ran, during, after = _serve(agent_project, body)
+    assert ran.structured_content["status"] == "interrupted", ran.structured_content
+    assert ran.structured_content["exit_status"] == 143
+    assert during.structured_content["status"] in ("running", "interrupted")
+    assert after.structured_content["status"] == "interrupted"
+    assert _effects(agent_project) == ["hold"]  # 'after' never started
+    done = _cli(agent_project, "resume", "--json")
+    assert done.returncode == 0, done.stderr
+    assert _effects(agent_project) == ["hold", "echo 2"]  # hold is not run again
+    assert "Traceback" not in _server_err(agent_project)
 
 
 def test_bad_arguments_are_tool_errors_without_a_traceback(agent_project: Path) -> None:

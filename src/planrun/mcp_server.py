@@ -127,15 +127,18 @@ class Driver:
 
 def _secrets_shown(value: Any, secrets: dict[str, Any]) -> Any:
     """``value`` as a client sees it: every secret parameter's value as ``***``."""
-    if secrets:
-        value = redact.Secrets(secrets).conceal(value)
-    return redact.display(value)
+    value = redact.display(value)  # the references planrun stores, as ***
+    if secrets:  # then a value the client gave, wherever it is echoed
+        value = redact.display(redact.Secrets(secrets).conceal(value))
+    return value
 
 
 def _result(data: Any, summary: str, *, error: bool = False,
             secrets: dict[str, Any] | None = None) -> CallToolResult:
     shown = _secrets_shown(data, secrets or {})
-    text = redact.display(redact.Secrets(secrets).conceal_text(summary)) if secrets else summary
+    text = redact.display_text(summary)
+    if secrets:
+        text = redact.display_text(redact.Secrets(secrets).conceal_text(text))
     structured = shown if isinstance(shown, dict) else {"result": shown}
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=structured, is_error=error)
@@ -186,9 +189,23 @@ class Session:
             return {}
         declared = document.get("params") if isinstance(document, dict) else None
         if not isinstance(declared, dict):
-            return dict(params)
+            return {n: v for n, v in params.items() if isinstance(v, str)}
         return {n: v for n, v in params.items()
                 if isinstance(declared.get(n), dict) and declared[n].get("secret") is True}
+
+    def _run_secrets(self, run: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """The client's values of a journaled run's secret parameters.
+
+        A run's manifest holds a reference where a secret parameter's value was.
+        """
+        if not params:
+            return {}
+        try:
+            journaled = api.status(self.settings, run).get("params") or {}
+        except PlanrunError:
+            return {n: v for n, v in params.items() if isinstance(v, str)}
+        return {n: v for n, v in params.items()
+                if n in journaled and redact.display(journaled[n]) != journaled[n]}
 
     def _document(self, plan: str | None, text: str | None) -> Any:
         if text is not None:
@@ -323,7 +340,7 @@ class Session:
         (``planrun approve RUN``). Result as ``execute_plan``'s; a run still waiting
         for a person stays ``awaiting_approval``.
         """
-        secrets = dict(params or {})  # the plan is journaled: every value given is hidden
+        secrets = self._run_secrets(run, params)
         given = self._given(params)
         try:
             outcome = self.driver.submit(lambda: api.resume(
