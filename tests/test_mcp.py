@@ -274,7 +274,7 @@ def test_validate_a_broken_inline_plan_reports_codes_and_pointers(agent_project:
 def test_show_and_dry_run(agent_project: Path) -> None:
     async def body(session: ClientSession) -> Any:
         return (await _call(session, "show_plan", plan="danger"),
-                await _call(session, "dry_run", plan="danger"),
+                await _call(session, "dry_run", plan="plans/danger.yaml"),
                 await _call(session, "dry_run", plan="nope"))
 
     show, dry, missing = _serve(agent_project, body)
@@ -433,10 +433,18 @@ def test_bad_arguments_are_tool_errors_without_a_traceback(agent_project: Path) 
                 await _call(session, "validate_plan", text="steps: [: nope"),
                 await _call(session, "validate_plan", text="x" * 3_000_000),
                 await _call(session, "execute_plan", plan="broken"),
-                await _call(session, "no_such_tool")]
+                await _call(session, "no_such_tool"),
+                await _call(session, "validate_plan", plan="/etc/hostname"),
+                await _call(session, "execute_plan", plan="../outside.yaml")]
 
+    (agent_project.parent / "outside.yaml").write_text(HELLO)
     results = _serve(agent_project, body)
-    assert [r.is_error for r in results] == [True, True, True, True, False, False, True, True]
+    assert [r.is_error for r in results] == [True, True, True, True, False, False, True, True,
+                                             True, True]
+    for outside in results[-2:]:
+        assert outside.structured_content["error"]["code"] == "usage"
+        assert "outside the project" in outside.content[0].text
+    assert _effects(agent_project) == []
     assert results[4].structured_content["ok"] is False
     assert results[5].structured_content["ok"] is False  # a big text: a report, as any
     assert "Traceback" not in _server_err(agent_project)

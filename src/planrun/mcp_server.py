@@ -222,6 +222,20 @@ class Session:
             return None
         return api.check(self.settings, plan, registry, None, concrete=False).document
 
+    def _outside(self, plan: str) -> CallToolResult | None:
+        """A tool error when ``plan`` is a file path outside the project folder, else None.
+
+        A client reads and runs the project's plans only: not any file of the machine.
+        """
+        if "/" not in plan and "\\" not in plan and ".." not in plan:
+            return None  # a name: looked up in the plans folder
+        project = os.path.realpath(self.settings.project)
+        target = os.path.realpath(os.path.join(project, plan))
+        if os.path.commonpath([project, target]) == project:
+            return None
+        return _failure(_usage(f"plan {plan!r} is outside the project folder; name a plan "
+                               "of the project (or give an inline plan as 'text')"))
+
     # --- the tools --------------------------------------------------------------------
 
     def list_tools(self) -> CallToolResult:
@@ -260,6 +274,9 @@ class Session:
         if bool(plan) == bool(text):
             return _failure(_usage("give exactly one of 'plan' (a name or file) or 'text' "
                                    "(an inline plan, JSON or YAML)"))
+        refused = self._outside(plan) if plan else None
+        if refused is not None:
+            return refused
         secrets = self._secrets(params, self._document(plan, text or None))
         try:
             given = self._given(params)
@@ -285,6 +302,9 @@ class Session:
         Parameters, steps in run order, which steps need approval and why
         (``warnings``: steps no grant can clear).
         """
+        refused = self._outside(plan)
+        if refused is not None:
+            return refused
         secrets = self._secrets(params, self._document(plan, None))
         try:
             checked = api.plan_for_viewing(self.settings, plan, self._given(params))
@@ -302,6 +322,9 @@ class Session:
         ``{"plan", "order", "approvals": [step ids a person or a grant must clear],
         "steps": [{"id", "tool", "when", "for_each", "arguments"}]}``.
         """
+        refused = self._outside(plan)
+        if refused is not None:
+            return refused
         secrets = self._secrets(params, self._document(plan, None))
         try:
             dry = api.execute(self.settings, plan, self._given(params), dry_run=True)
@@ -322,6 +345,9 @@ class Session:
         (``planrun approve RUN``), then call ``resume_run``. Result: ``{"ok", "run_id",
         "status", "exit_status", "next", "manifest"}``.
         """
+        refused = self._outside(plan)
+        if refused is not None:
+            return refused
         secrets = self._secrets(params, self._document(plan, None))
         given = self._given(params)
         try:
