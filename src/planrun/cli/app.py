@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import approvals, maintenance, planning, plans, read, run
+from . import agents, approvals, maintenance, planning, plans, read, run
 from .options import Shell
 
 app = typer.Typer(
@@ -83,6 +83,7 @@ for _command in _THEN:
     app.command()(_command)
 app.command("prune")(maintenance.prune_runs)
 app.command()(maintenance.forget)
+app.command()(agents.mcp)  # serve agents over MCP (optional extra)
 
 #: Common flags that may also be given before the command name (``planrun -q execute``).
 _MOVABLE = {"-q", "--quiet", "-v", "--verbose", "--no-color", "--json"}

@@ -1,0 +1,559 @@
+"""``planrun mcp``: planrun served to language-model clients over MCP (SPEC §10, Agents).
+
+An MCP server over stdio, built on the official ``mcp`` SDK (the optional extra
+``pip install 'planrun[mcp]'``; this module imports it, so only the ``mcp`` command imports
+this module). One project and one journal per session, fixed when the server starts. Every
+tool goes through :mod:`planrun.api`.
+
+Tools (each result: structured content, the same JSON as the CLI's ``--json``, plus a
+one-paragraph text summary):
+
+- ``list_tools``: the allowed tool catalog (registry ∩ policy).
+- ``list_plans``: the project's plans.
+- ``validate_plan``: a plan by name/file, or inline (JSON or YAML text): the report of
+  ``validate --format json``. A refused plan is a normal result (``isError`` false,
+  ``ok`` false); the client reads codes and JSON pointers from ``plans[].issues``.
+- ``show_plan``, ``dry_run``: the substituted plan, the order, the steps needing approval.
+- ``execute_plan``, ``resume_run``: drive a run with deferred approval: nothing here can
+  clear a step (no approve argument exists, nobody is asked); a run with a step needing a
+  person ends ``awaiting_approval`` and the result names ``planrun approve RUN``.
+- ``run_status``, ``list_runs``, ``run_log``, ``run_output``: read the journal.
+
+A planrun error (unknown run, refused plan …) is a tool result with ``isError`` true and
+``{"ok": false, "error": {"code", "message", "hint", "exit_status"}}``.
+
+Threads: the SDK serves the protocol in a thread of its own; runs are driven on the main
+thread (:class:`Driver`), one at a time, so that SIGINT/SIGTERM reach the run's scheduler
+(the run is journaled ``interrupted`` and resumable) and a tool call that blocks while its
+run goes on leaves no thread behind when the session ends. The SDK's stdio transport
+serves the protocol on private duplicates of file descriptors 0 and 1 and points 0 at
+the null device and 1 at stderr: what a tool prints never reaches the protocol channel.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from . import __version__, api, redact
+from .errors import PlanrunError
+
+__all__ = ["Driver", "build_server", "serve"]
+
+INSTRUCTIONS = (
+    "planrun validates, runs and journals plans of tool calls in one project. Read the "
+    "catalog (list_tools) and the plans (list_plans); validate a draft (validate_plan, "
+    "inline text is fine) until it is ok; look at it (show_plan, dry_run); run a plan of "
+    "the project (execute_plan). You can never clear a step that needs approval: such a "
+    "run ends 'awaiting_approval' and a person runs 'planrun approve RUN'; then call "
+    "resume_run. Read runs with run_status, run_log, run_output.")
+
+PlanRef = Annotated[str, Field(
+    description="A plan name (in the project's plans folder) or a plan file path "
+    "(relative to the project folder).", min_length=1)]
+Params = Annotated[dict[str, Any] | None, Field(
+    description="Parameter values by name (native JSON values, like a --params-file). "
+    "Values of secret parameters are shown as *** in every result.")]
+RunRef = Annotated[str, Field(
+    description="Run id, unique prefix (4+ characters) or 'last' (this project's latest "
+    "run).", min_length=1)]
+
+# Exactly ``str`` (not ``str | None``): the SDK would parse a JSON text into an object.
+OptPlanRef = Annotated[str, Field(
+    description="A plan name or file of the project (or give 'text').")]
+PlanText = Annotated[str, Field(
+    description="An inline plan, JSON or YAML text (or give 'plan').")]
+StepRef = Annotated[str, Field(description="A step id of the run.", min_length=1)]
+Item = Annotated[int | None, Field(description="A fan-out item's index.", ge=0)]
+KeepGoing = Annotated[bool, Field(
+    description="After a failure, go on with steps that do not depend on it.")]
+MaxParallel = Annotated[int | None, Field(description="Calls running at once.", ge=1,
+                                          le=1024)]
+PlanFilter = Annotated[str | None, Field(description="Only runs of this plan.")]
+StatusFilter = Annotated[str | None, Field(description="Only runs in this status.")]
+Limit = Annotated[int, Field(description="At most this many runs.", ge=1, le=1000)]
+
+_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                        open_world_hint=False)
+
+
+class Driver:
+    """Runs submitted calls one at a time on the thread that calls :meth:`serve`.
+
+    The server's worker threads :meth:`submit` a call and wait for its result; the main
+    thread runs it (signal handlers of a run's scheduler need the main thread).
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
+            queue.Queue())
+        #: python tool calls left running in threads by the runs driven (timed out): the
+        #: process must then end without waiting for them.
+        self.abandoned = 0
+
+    def submit(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the serving thread; its return value (or its exception raised)."""
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((fn, done))
+        return done.result()
+
+    def serve(self, until: threading.Thread) -> None:
+        """Run submitted calls until ``until`` has ended and none is left."""
+        while True:
+            try:
+                fn, done = self._jobs.get(timeout=0.2)
+            except queue.Empty:
+                if not until.is_alive():
+                    return
+                continue
+            if not done.set_running_or_notify_cancel():
+                continue
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # handed to the waiting thread, re-raised there
+                done.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+
+
+def _secrets_shown(value: Any, secrets: dict[str, Any]) -> Any:
+    """``value`` as a client sees it: every secret parameter's value as ``***``."""
+    value = redact.display(value)  # the references planrun stores, as ***
+    if secrets:  # then a value the client gave, wherever it is echoed
+        value = redact.display(redact.Secrets(secrets).conceal(value))
+    return value
+
+
+def _result(data: Any, summary: str, *, error: bool = False,
+            secrets: dict[str, Any] | None = None) -> CallToolResult:
+    shown = _secrets_shown(data, secrets or {})
+    text = redact.display_text(summary)
+    if secrets:
+        text = redact.display_text(redact.Secrets(secrets).conceal_text(text))
+    structured = shown if isinstance(shown, dict) else {"result": shown}
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=structured, is_error=error)
+
+
+def _failure(exc: PlanrunError, secrets: dict[str, Any] | None = None) -> CallToolResult:
+    data: dict[str, Any] = {"ok": False, "error": {
+        "code": exc.code, "message": exc.message, "hint": exc.hint,
+        "exit_status": exc.exit_code}}
+    report = getattr(exc, "report", None)
+    if isinstance(report, api.Report):
+        data.update(report.to_json())
+    lines = [f"error[{exc.code}]: {exc.message}"]
+    if isinstance(report, api.Report):
+        lines += [_issue_line(i) for i in report.all_issues()]
+    if exc.hint:
+        lines.append(exc.hint)
+    return _result(data, "\n".join(lines), error=True, secrets=secrets)
+
+
+def _issue_line(issue: Any) -> str:
+    where = issue.path or ""
+    return f"{issue.severity}[{issue.code}] {issue.file or ''}#{where}: {issue.message}"
+
+
+class Session:
+    """The tools of one server session: a project, a journal, a driver."""
+
+    def __init__(self, settings: Any, driver: Driver) -> None:
+        self.settings = settings
+        self.driver = driver
+
+    # --- parameters and secrets -------------------------------------------------------
+
+    def _given(self, params: dict[str, Any] | None) -> Any:
+        import dataclasses
+
+        base = api.param_input([], None)  # PLANRUN_PARAM_* of the server's environment
+        return dataclasses.replace(base, file_values=dict(params or {}))
+
+    def _secrets(self, params: dict[str, Any] | None, document: Any) -> dict[str, Any]:
+        """The client's values of the parameters the plan declares secret.
+
+        When the plan's declarations cannot be read, every value given is treated as a
+        secret (nothing the client gave is shown back).
+        """
+        if not params:
+            return {}
+        declared = document.get("params") if isinstance(document, dict) else None
+        if not isinstance(declared, dict):
+            return {n: v for n, v in params.items() if isinstance(v, str)}
+        return {n: v for n, v in params.items()
+                if isinstance(declared.get(n), dict) and declared[n].get("secret") is True}
+
+    def _run_secrets(self, run: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """The client's values of a journaled run's secret parameters.
+
+        A run's manifest holds a reference where a secret parameter's value was.
+        """
+        if not params:
+            return {}
+        try:
+            journaled = api.status(self.settings, run).get("params") or {}
+        except PlanrunError:
+            return {n: v for n, v in params.items() if isinstance(v, str)}
+        return {n: v for n, v in params.items()
+                if n in journaled and redact.display(journaled[n]) != journaled[n]}
+
+    def _document(self, plan: str | None, text: str | None) -> Any:
+        if text is not None:
+            from .loading import DocumentError, load_stdin
+
+            try:
+                return load_stdin(text.encode("utf-8", "surrogatepass")).data
+            except (DocumentError, UnicodeError):
+                return None
+        assert plan is not None
+        try:
+            registry = api.load_registry(self.settings)
+        except PlanrunError:
+            return None
+        return api.check(self.settings, plan, registry, None, concrete=False).document
+
+    def _outside(self, plan: str) -> CallToolResult | None:
+        """A tool error when ``plan`` is a file path outside the project folder, else None.
+
+        A client reads and runs the project's plans only: not any file of the machine.
+        """
+        if "/" not in plan and "\\" not in plan and ".." not in plan:
+            return None  # a name: looked up in the plans folder
+        project = os.path.realpath(self.settings.project)
+        target = os.path.realpath(os.path.join(project, plan))
+        if os.path.commonpath([project, target]) == project:
+            return None
+        return _failure(_usage(f"plan {plan!r} is outside the project folder; name a plan "
+                               "of the project (or give an inline plan as 'text')"))
+
+    # --- the tools --------------------------------------------------------------------
+
+    def list_tools(self) -> CallToolResult:
+        """The tools a plan may use here: the registry ∩ the policy's allowlist.
+
+        Each: name, description, arguments (JSON Schema), output_schema, irreversible,
+        idempotent. Tools the policy refuses are not listed.
+        """
+        try:
+            tools = api.describe_tools(api.load_registry(self.settings), allowed=True)
+        except PlanrunError as exc:
+            return _failure(exc)
+        names = ", ".join(t["name"] for t in tools) or "(none)"
+        return _result({"tools": tools}, f"{len(tools)} allowed tool(s): {names}")
+
+    def list_plans(self) -> CallToolResult:
+        """The project's plans: name, file, revision, goal, steps, needs_approval, ok."""
+        try:
+            rows = api.plans(self.settings)
+        except PlanrunError as exc:
+            return _failure(exc)
+        lines = [f"{r['name']} (rev {r['revision']}, {r['steps']} steps"
+                 f"{', refused' if not r['ok'] else ''})" for r in rows]
+        return _result({"plans": rows}, "\n".join(lines) or "no plans")
+
+    def validate_plan(self, plan: OptPlanRef = "", text: PlanText = "",
+                      params: Params = None) -> CallToolResult:
+        """Validate a plan of the project (``plan``) or an inline plan (``text``).
+
+        The result is the report of ``planrun validate --format json``: ``{"ok",
+        "issues", "plans": [{"file", "ok", "issues": [{"code", "severity", "pointer",
+        "line", "column", "message", ...}], "plan"}]}``; a plan free of errors has
+        ``plan.steps`` as substituted. A refused plan is a normal result (not an error):
+        read ``ok`` and the issues' codes and pointers, fix, validate again.
+        """
+        if bool(plan) == bool(text):
+            return _failure(_usage("give exactly one of 'plan' (a name or file) or 'text' "
+                                   "(an inline plan, JSON or YAML)"))
+        refused = self._outside(plan) if plan else None
+        if refused is not None:
+            return refused
+        secrets = self._secrets(params, self._document(plan, text or None))
+        try:
+            given = self._given(params)
+            if text:
+                report = api.validate(self.settings, ["-"], given,
+                                      stdin=text.encode("utf-8", "surrogatepass"))
+            else:
+                report = api.validate(self.settings, [plan], given)
+        except PlanrunError as exc:
+            return _failure(exc, secrets)
+        except UnicodeError:
+            return _failure(_usage("'text' is not UTF-8 text"))
+        issues = report.all_issues()
+        head = "ok" if report.ok() else "refused"
+        lines = [f"{head}: {sum(i.severity == 'error' for i in issues)} error(s), "
+                 f"{sum(i.severity != 'error' for i in issues)} warning(s)"]
+        lines += [_issue_line(i) for i in issues]
+        return _result(report.to_json(), "\n".join(lines), secrets=secrets)
+
+    def show_plan(self, plan: PlanRef, params: Params = None) -> CallToolResult:
+        """A plan as ``planrun show --json`` prints it.
+
+        Parameters, steps in run order, which steps need approval and why
+        (``warnings``: steps no grant can clear).
+        """
+        refused = self._outside(plan)
+        if refused is not None:
+            return refused
+        secrets = self._secrets(params, self._document(plan, None))
+        try:
+            checked = api.plan_for_viewing(self.settings, plan, self._given(params))
+            data = api.describe_plan(checked)
+            data["warnings"] = [i.to_json() for i in api.grant_warnings(checked)]
+        except PlanrunError as exc:
+            return _failure(exc, secrets)
+        needs = [s for s in data.get("steps", []) if isinstance(s, dict) and s.get("approval")]
+        return _result(data, f"plan {checked.name}: {len(checked.steps)} step(s), "
+                       f"{len(needs)} need approval", secrets=secrets)
+
+    def dry_run(self, plan: PlanRef, params: Params = None) -> CallToolResult:
+        """What ``execute_plan`` would do, running and journaling nothing.
+
+        ``{"plan", "order", "approvals": [step ids a person or a grant must clear],
+        "steps": [{"id", "tool", "when", "for_each", "arguments"}]}``.
+        """
+        refused = self._outside(plan)
+        if refused is not None:
+            return refused
+        secrets = self._secrets(params, self._document(plan, None))
+        try:
+            dry = api.execute(self.settings, plan, self._given(params), dry_run=True)
+        except PlanrunError as exc:
+            return _failure(exc, secrets)
+        assert isinstance(dry, api.DryRun)
+        data = dry.to_json()
+        return _result(data, f"order: {', '.join(data['order'])}; needs approval: "
+                       f"{', '.join(data['approvals']) or 'nothing'}", secrets=secrets)
+
+    def execute_plan(self, plan: PlanRef, params: Params = None, keep_going: KeepGoing = False,
+                     max_parallel: MaxParallel = None
+                     ) -> CallToolResult:
+        """Run a plan of the project, journaled like any run; blocks until the run ends.
+
+        Never clears a step: a step that needs a person (no grant clears it) leaves the
+        run ``awaiting_approval`` with nothing run; ``next`` says what a person runs
+        (``planrun approve RUN``), then call ``resume_run``. Result: ``{"ok", "run_id",
+        "status", "exit_status", "next", "manifest"}``.
+        """
+        refused = self._outside(plan)
+        if refused is not None:
+            return refused
+        secrets = self._secrets(params, self._document(plan, None))
+        given = self._given(params)
+        try:
+            outcome = self.driver.submit(lambda: api.execute(
+                self.settings, plan, given, max_parallel=max_parallel,
+                keep_going=keep_going, **_DEFERRED))
+        except PlanrunError as exc:
+            return _failure(exc, secrets)
+        self.driver.abandoned += outcome.abandoned_calls
+        return _outcome(outcome, secrets)
+
+    def resume_run(self, run: RunRef, params: Params = None) -> CallToolResult:
+        """Continue a run without repeating finished steps; never clears a step.
+
+        For a run ``interrupted``, or ``awaiting_approval`` once a person approved it
+        (``planrun approve RUN``). Result as ``execute_plan``'s; a run still waiting
+        for a person stays ``awaiting_approval``.
+        """
+        secrets = self._run_secrets(run, params)
+        given = self._given(params)
+        try:
+            outcome = self.driver.submit(lambda: api.resume(
+                self.settings, run, given, **_DEFERRED))
+        except PlanrunError as exc:
+            return _failure(exc, secrets)
+        self.driver.abandoned += outcome.abandoned_calls
+        return _outcome(outcome, secrets)
+
+    def run_status(self, run: RunRef = "last") -> CallToolResult:
+        """A run's manifest as ``planrun status --json`` prints it.
+
+        Status, counts, and each step with its status, attempts, error.
+        """
+        try:
+            m = api.status(self.settings, run)
+        except PlanrunError as exc:
+            return _failure(exc)
+        steps = ", ".join(f"{s['id']}={s['status']}" for s in m.get("steps", [])
+                          if isinstance(s, dict) and "id" in s)
+        return _result(m, f"run {m.get('run_id')}: {m.get('status')} ({steps})")
+
+    def list_runs(self, plan: PlanFilter = None, status: StatusFilter = None,
+                  limit: Limit = 20) -> CallToolResult:
+        """This project's runs, newest first (``planrun runs --json``)."""
+        try:
+            rows = api.runs(self.settings, plan=plan, status=status, limit=limit)
+        except PlanrunError as exc:
+            return _failure(exc)
+        lines = [f"{r.get('run_id')} {r.get('plan')} {r.get('status')}" for r in rows]
+        return _result({"runs": rows}, "\n".join(lines) or "no runs")
+
+    def run_log(self, run: RunRef = "last") -> CallToolResult:
+        """A run's events in order (``planrun log --json``, without tracebacks)."""
+        try:
+            run_id, events = api.log(self.settings, run)
+        except PlanrunError as exc:
+            return _failure(exc)
+        for event in events:
+            if isinstance(event.get("data"), dict):
+                event["data"].pop("traceback", None)
+        lines = [f"{e.get('kind')} {e.get('step') or ''}".rstrip() for e in events]
+        return _result({"run_id": run_id, "events": events},
+                       f"run {run_id}: {len(events)} event(s)\n" + "\n".join(lines))
+
+    def run_output(self, step: StepRef, run: RunRef = "last", item: Item = None
+                   ) -> CallToolResult:
+        """One succeeded step's output (``planrun output RUN STEP``): ``{"output"}``."""
+        try:
+            value = api.output(self.settings, run, step, item)
+        except PlanrunError as exc:
+            return _failure(exc)
+        import json
+
+        return _result({"run": run, "step": step, "output": value},
+                       json.dumps(redact.display(value), ensure_ascii=False)[:4000])
+
+
+#: How every run started or continued here is cleared: never by the client.
+_DEFERRED: dict[str, Any] = {"approver": None, "defer_approval": True}
+
+
+def _usage(message: str) -> PlanrunError:
+    from .errors import UsageError
+
+    return UsageError(message)
+
+
+def _outcome(outcome: Any, secrets: dict[str, Any]) -> CallToolResult:
+    """A driven run as a tool result.
+
+    ``{"ok", "run_id", "status", "exit_status", "next", "waiting", "manifest"}``.
+
+    ``next``: what to do now, as the manifest says (for a run ``awaiting_approval``: the
+    ``planrun approve`` command a person runs); ``waiting``: the steps waiting for a
+    person (``[{"step", "tool", "reason"}]``).
+    """
+    m = outcome.manifest
+    run_id = m.get("run_id")
+    status = outcome.status
+    approval = m.get("approval") if isinstance(m.get("approval"), dict) else {}
+    waiting = approval.get("waiting") or []
+    data: dict[str, Any] = {"ok": status == "completed" and outcome.error is None,
+                            "run_id": run_id, "status": status,
+                            "exit_status": outcome.exit_code, "next": m.get("next"),
+                            "waiting": waiting, "manifest": m}
+    if status == "awaiting_approval":
+        command = approval.get("approve") or f"planrun approve {run_id}"
+        data["next"] = command
+        steps = ", ".join(f"{w.get('step')} ({w.get('reason')})" for w in waiting
+                          if isinstance(w, dict))
+        summary = (f"run {run_id} is awaiting approval; nothing has run. Waiting for a "
+                   f"person: {steps or 'see manifest'}. This server cannot clear a step: "
+                   f"a person runs `{command}` (or `planrun deny {run_id}`), then call "
+                   f"resume_run with run {run_id!r}.")
+    else:
+        summary = f"run {run_id}: {status} (exit {outcome.exit_code})"
+        if outcome.error is not None:
+            summary += f"; error[{outcome.error.code}]: {outcome.error.message}"
+        if data["next"]:
+            summary += f"; next: {data['next']}"
+    if outcome.notes:
+        summary += "\n" + "\n".join(f"note: {n}" for n in outcome.notes)
+    return _result(data, summary, secrets=secrets)
+
+
+class StrictArguments:
+    """Middleware: a tool call with an argument its tool does not declare is refused.
+
+    The SDK ignores unknown arguments; here ``approve_all: true`` (or any misspelt
+    argument) is a tool error naming it, not silently dropped.
+
+    Args:
+        accepted: tool name → the argument names it declares.
+    """
+
+    def __init__(self, accepted: dict[str, set[str]]) -> None:
+        self.accepted = accepted
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        """Refuse the call (a tool result, ``isError`` true) or pass it on."""
+        params = ctx.params if ctx.method == "tools/call" else None
+        if isinstance(params, dict):
+            known = self.accepted.get(str(params.get("name")))
+            given = params.get("arguments")
+            if known is not None and isinstance(given, dict):
+                unknown = sorted(str(k) for k in given if k not in known)
+                if unknown:
+                    takes = ", ".join(sorted(known)) or "no arguments"
+                    return _failure(_usage(
+                        f"{params['name']} does not take {', '.join(map(repr, unknown))}; "
+                        f"it takes: {takes}"))
+        return await call_next(ctx)
+
+
+def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
+    """The MCP server of one session on ``settings``' project and journal."""
+    session = Session(settings, driver)
+    write = ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                            idempotent_hint=False, open_world_hint=True)
+    tools: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
+        (session.list_tools, _READ), (session.list_plans, _READ),
+        (session.validate_plan, _READ), (session.show_plan, _READ), (session.dry_run, _READ),
+        (session.execute_plan, write), (session.resume_run, write),
+        (session.run_status, _READ), (session.list_runs, _READ), (session.run_log, _READ),
+        (session.run_output, _READ)]
+    import inspect
+
+    accepted = {fn.__name__: set(inspect.signature(fn).parameters) for fn, _ in tools}
+    server: MCPServer[Any] = MCPServer(
+        name="planrun", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
+        subscriptions=False, middleware=[StrictArguments(accepted)])
+    for fn, hints in tools:
+        server.add_tool(fn, name=fn.__name__, annotations=hints)
+    return server
+
+
+def serve(settings: Any) -> int:
+    """Serve one MCP session over this process's stdin/stdout until the client leaves.
+
+    The protocol runs in a thread; runs are driven on this (the main) thread.
+
+    Returns:
+        The number of python tool calls the session's runs left running in threads (timed
+        out): when not 0, the process should end without waiting for them.
+
+    Raises:
+        Whatever the server thread raised (a bug), after the session ended.
+    """
+    import anyio
+
+    with contextlib.suppress(OSError):
+        os.chdir(settings.project)  # relative plan paths are the project's
+    driver = Driver()
+    server = build_server(settings, driver)
+    failed: list[BaseException] = []
+
+    def protocol() -> None:
+        try:
+            anyio.run(server.run_stdio_async)
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=protocol, name="planrun-mcp", daemon=True)
+    thread.start()
+    driver.serve(until=thread)
+    thread.join()
+    if failed:
+        raise failed[0]
+    return driver.abandoned

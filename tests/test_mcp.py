@@ -1,0 +1,477 @@
+"""``planrun mcp`` driven by the MCP SDK's own client over real stdio (SPEC §10, Agents).
+
+Each test starts ``python -m planrun mcp -C PROJECT --journal FILE`` as a real subprocess
+through ``mcp.client.stdio.stdio_client`` and talks to it with ``ClientSession``; the
+person's side (``planrun approve``, ``planrun resume``, ``planrun runs``) is the real CLI
+in another subprocess, on the same journal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from harness import run_planrun
+
+TOOLS = """
+tools:
+  echo:
+    python: agenttools:echo
+    description: Record a value.
+    arguments:
+      type: object
+      properties: {value: {}}
+      required: [value]
+      additionalProperties: false
+  shout:
+    python: agenttools:shout
+    description: Print to stdout (and stderr), then return.
+    arguments:
+      type: object
+      properties: {value: {}}
+      required: [value]
+      additionalProperties: false
+  wipe:
+    python: agenttools:wipe
+    description: Irreversible on purpose.
+    irreversible: true
+    arguments:
+      type: object
+      properties: {value: {}}
+      required: [value]
+      additionalProperties: false
+  hold:
+    python: agenttools:hold
+    description: Tell the test this process's id, then wait for its word.
+    arguments: {type: object, additionalProperties: false}
+  launch:
+    python: agenttools:echo
+    description: Registered, but the policy does not allow it.
+    arguments:
+      type: object
+      properties: {value: {}}
+      required: [value]
+      additionalProperties: false
+"""
+
+MODULE = '''
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _record(what):
+    with open(HERE / "effects.log", "a", encoding="utf-8") as f:
+        f.write(f"{what}\\n")
+
+
+def echo(value):
+    _record(f"echo {value}")
+    return {"value": value}
+
+
+def shout(value):
+    # Everything a tool can write to "stdout": Python, the file descriptor, a child.
+    print(f"SHOUT {value} " + "{" * 3, flush=True)
+    os.write(1, b"not json-rpc at all\\n")
+    os.system("echo from a child process")
+    print("to stderr", file=sys.stderr)
+    _record(f"shout {value}")
+    return {"value": value}
+
+
+def hold():
+    import time
+
+    (HERE / "server.pid").write_text(str(os.getpid()))
+    for _ in range(600):
+        if (HERE / "go").exists():
+            break
+        time.sleep(0.05)
+    _record("hold")
+    return {"held": True}
+
+
+def wipe(value):
+    _record(f"wipe {value}")
+    return {"wiped": value}
+'''
+
+CONFIG = """
+[policy]
+allowed_tools = ["echo", "shout", "wipe", "hold"]
+"""
+
+HELLO = """
+planrun: 1
+name: hello
+goal: Say hello loudly
+params:
+  who: {type: string, default: world}
+  token: {type: string, default: "", secret: true}
+steps:
+  - {id: greet, tool: echo, arguments: {value: "hello {params.who}"}}
+  - {id: loud, tool: shout, depends_on: [greet], arguments: {value: "{params.token}"}}
+"""
+
+DANGER = """
+planrun: 1
+name: danger
+goal: Record, then wipe
+steps:
+  - {id: first, tool: echo, arguments: {value: 1}}
+  - {id: wipe, tool: wipe, depends_on: [first], arguments: {value: "{steps.first.output.value}"}}
+"""
+
+HOLD = """
+planrun: 1
+name: hold
+goal: Wait for the test, then echo
+steps:
+  - {id: hold, tool: hold}
+  - {id: after, tool: echo, depends_on: [hold], arguments: {value: 2}}
+"""
+
+BROKEN = """
+planrun: 1
+name: broken
+goal: Has problems
+steps:
+  - {id: a, tool: ecko, arguments: {value: 1}}
+  - {id: b, tool: echo, depends_on: [zz], arguments: {value: 1, extra: 2}}
+"""
+
+
+@pytest.fixture
+def agent_project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "plans").mkdir(parents=True)
+    (root / "tools.yaml").write_text(TOOLS)
+    (root / "agenttools.py").write_text(MODULE)
+    (root / "planrun.toml").write_text(CONFIG)
+    (root / "plans" / "hello.yaml").write_text(HELLO)
+    (root / "plans" / "danger.yaml").write_text(DANGER)
+    (root / "plans" / "hold.yaml").write_text(HOLD)
+    return root
+
+
+def _effects(root: Path) -> list[str]:
+    log = root / "effects.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _serve(root: Path, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+    """Run ``body`` against a real ``planrun mcp`` subprocess; its stderr in server.err."""
+    journal = root.parent / "journal.sqlite3"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "planrun", "mcp", "-C", str(root), "--journal", str(journal)],
+        cwd=str(root.parent), env={"NO_COLOR": "1"})
+
+    async def main() -> Any:
+        with (root.parent / "server.err").open("w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                with anyio.fail_after(60):
+                    return await body(session)
+
+    return anyio.run(main)
+
+
+def _server_err(root: Path) -> str:
+    return (root.parent / "server.err").read_text()
+
+
+def _cli(root: Path, *args: str) -> Any:
+    journal = root.parent / "journal.sqlite3"
+    return run_planrun(*args, "-C", str(root), "--journal", str(journal), cwd=root.parent)
+
+
+async def _call(session: ClientSession, name: str, **arguments: Any) -> Any:
+    return await session.call_tool(name, arguments)
+
+
+# --- the catalog and the tools' schemas ----------------------------------------------------
+
+
+def test_lists_only_allowed_tools_and_no_tool_can_clear_a_step(agent_project: Path) -> None:
+    async def body(session: ClientSession) -> Any:
+        listed = await session.list_tools()
+        catalog = await _call(session, "list_tools")
+        return listed, catalog
+
+    listed, catalog = _serve(agent_project, body)
+    names = {t.name for t in listed.tools}
+    assert {"list_tools", "validate_plan", "show_plan", "dry_run", "execute_plan",
+            "resume_run", "run_status", "run_log", "run_output"} <= names
+    # Nothing a client can call or pass clears a step: no approve tool, no approve field.
+    assert not [n for n in names if "approv" in n or "deny" in n or "grant" in n]
+    for tool in listed.tools:
+        fields = set(tool.input_schema.get("properties", {}))
+        assert not [f for f in fields if "approv" in f or "grant" in f], (tool.name, fields)
+    assert not catalog.is_error
+    allowed = [t["name"] for t in catalog.structured_content["tools"]]
+    assert sorted(allowed) == ["echo", "hold", "shout", "wipe"]  # launch is registered, not allowed
+    wipe = next(t for t in catalog.structured_content["tools"] if t["name"] == "wipe")
+    assert wipe["irreversible"] is True
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def test_validate_a_broken_inline_plan_reports_codes_and_pointers(agent_project: Path) -> None:
+    async def body(session: ClientSession) -> Any:
+        broken = await _call(session, "validate_plan", text=BROKEN)
+        as_json = await _call(session, "validate_plan", text=json.dumps(
+            {"planrun": 1, "goal": "g", "steps": [{"id": "x", "tool": "echo",
+                                                   "arguments": {"value": 1}}]}))
+        by_name = await _call(session, "validate_plan", plan="hello")
+        both = await _call(session, "validate_plan", plan="hello", text=BROKEN)
+        return broken, as_json, by_name, both
+
+    broken, as_json, by_name, both = _serve(agent_project, body)
+    # A refused plan is a normal result: the report, not a protocol or tool error.
+    assert broken.is_error is False
+    report = broken.structured_content
+    assert report["ok"] is False
+    issues = report["plans"][0]["issues"]
+    codes = {i["code"] for i in issues}
+    assert {"unknown_tool", "dependency"} <= codes, codes
+    pointers = {i["path"] for i in issues}
+    assert "/steps/0/tool" in pointers, pointers
+    assert any(p.startswith("/steps/1") for p in pointers), pointers
+    text = broken.content[0].text
+    assert text.startswith("refused")
+    assert "unknown_tool" in text
+    assert "/steps/0/tool" in text
+    # The same shape as `planrun validate --format json`.
+    (agent_project / "plans" / "broken.yaml").write_text(BROKEN)
+    cli = _cli(agent_project, "validate", "broken", "--format", "json")
+    assert cli.returncode == 3
+    cli_issues = json.loads(cli.stdout)["plans"][0]["issues"]
+    assert [{**i, "file": None} for i in cli_issues] == [{**i, "file": None} for i in issues]
+    assert {i["file"] for i in issues} == {"<stdin>"}  # an inline plan has no file
+    assert as_json.structured_content is not None, as_json
+    assert as_json.structured_content["ok"] is True
+    assert as_json.structured_content["plans"][0]["plan"]["steps"][0]["id"] == "x"
+    assert by_name.structured_content["ok"] is True
+    assert both.is_error is True
+    assert both.structured_content["error"]["code"] == "usage"
+
+
+def test_show_and_dry_run(agent_project: Path) -> None:
+    async def body(session: ClientSession) -> Any:
+        return (await _call(session, "show_plan", plan="danger"),
+                await _call(session, "dry_run", plan="plans/danger.yaml"),
+                await _call(session, "dry_run", plan="nope"))
+
+    show, dry, missing = _serve(agent_project, body)
+    assert not show.is_error
+    assert [s["id"] for s in show.structured_content["steps"]] == ["first", "wipe"]
+    assert dry.structured_content["order"] == ["first", "wipe"]
+    assert dry.structured_content["approvals"] == ["wipe"]
+    assert missing.is_error is True
+    assert missing.structured_content["error"]["code"] == "not_found"
+    assert _effects(agent_project) == []  # nothing ran
+    assert json.loads(_cli(agent_project, "runs", "--json").stdout) == []  # nothing journaled
+
+
+# --- running: deferred approval, the person's side, reading the run -----------------------
+
+
+def test_execute_waits_for_a_person_then_approve_and_resume_complete_it(
+        agent_project: Path) -> None:
+    async def first(session: ClientSession) -> Any:
+        return await _call(session, "execute_plan", plan="danger")
+
+    started = _serve(agent_project, first)
+    data = started.structured_content
+    run_id = data["run_id"]
+    assert data["status"] == "awaiting_approval", data
+    assert data["ok"] is False
+    assert data["next"] == f"planrun approve {run_id} wipe"
+    assert data["waiting"] == [{"step": "wipe", "tool": "wipe", "reason": "irreversible"}]
+    assert data["exit_status"] == 4
+    assert f"planrun approve {run_id}" in started.content[0].text
+    assert _effects(agent_project) == []  # nothing has run
+    # An ordinary journaled run, seen by the CLI.
+    rows = json.loads(_cli(agent_project, "runs", "--json").stdout)
+    assert [(r["run_id"], r["status"]) for r in rows] == [(run_id, "awaiting_approval")]
+
+    async def still_waiting(session: ClientSession) -> Any:
+        resumed = await _call(session, "resume_run", run=run_id)
+        cheat = await _call(session, "resume_run", run=run_id, approve_all=True)
+        return resumed, cheat
+
+    resumed, cheat = _serve(agent_project, still_waiting)
+    # Resuming through the server never clears the step: the run still waits.
+    assert resumed.structured_content["status"] == "awaiting_approval"
+    assert cheat.is_error is True  # an unknown argument is refused, not ignored
+    assert cheat.structured_content["error"]["code"] == "usage"
+    assert "'approve_all'" in cheat.content[0].text
+    assert _effects(agent_project) == []
+
+    approved = _cli(agent_project, "approve", run_id, "--all")
+    assert approved.returncode == 0, approved.stderr
+    done = _cli(agent_project, "resume", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert _effects(agent_project) == ["echo 1", "wipe 1"]
+
+    async def read(session: ClientSession) -> Any:
+        return (await _call(session, "run_status", run=run_id),
+                await _call(session, "run_log", run=run_id),
+                await _call(session, "run_output", run=run_id, step="wipe"),
+                await _call(session, "run_output", run="zzzzzzzz", step="wipe"),
+                await _call(session, "list_runs"))
+
+    status, log, output, unknown, runs = _serve(agent_project, read)
+    assert status.structured_content["status"] == "completed"
+    assert status.structured_content["run_id"] == run_id
+    kinds = [e["kind"] for e in log.structured_content["events"]]
+    assert kinds[0] == "planned"
+    assert "awaiting_approval" in kinds or any("approv" in k for k in kinds), kinds
+    assert ("step_succeeded", "wipe") in [(e["kind"], e["step"])
+                                          for e in log.structured_content["events"]]
+    assert "step_succeeded wipe" in log.content[0].text
+    assert output.structured_content["output"] == {"wiped": 1}
+    assert unknown.is_error is True
+    assert unknown.structured_content["error"]["code"] == "unknown_run"
+    assert [r["run_id"] for r in runs.structured_content["runs"]] == [run_id]
+    assert "Traceback" not in _server_err(agent_project)
+
+
+def test_a_tool_that_prints_does_not_break_the_protocol_and_secrets_are_masked(
+        agent_project: Path) -> None:
+    secret = "s3cr3t-T0KEN-value"
+
+    async def body(session: ClientSession) -> Any:
+        ran = await _call(session, "execute_plan", plan="hello",
+                          params={"who": "agent", "token": secret})
+        # The session still works after the tool printed on every channel it could.
+        after = await _call(session, "run_output", step="loud")
+        shown = await _call(session, "show_plan", plan="hello", params={"token": secret})
+        checked = await _call(session, "validate_plan", plan="hello",
+                              params={"token": secret})
+        again = await _call(session, "resume_run", run=ran.structured_content["run_id"],
+                            params={"token": secret})
+        return ran, after, shown, checked, again
+
+    ran, after, shown, checked, again = _serve(agent_project, body)
+    assert again.is_error is True  # a completed run is not resumable
+    assert again.structured_content["error"]["code"] == "run_not_resumable"
+    assert ran.structured_content["manifest"]["params"]["token"] == "***"
+    assert ran.structured_content["status"] == "completed", ran.structured_content
+    assert _effects(agent_project) == ["echo hello agent", f"shout {secret}"]
+    assert after.structured_content["output"] == {"value": "***"}
+    err = _server_err(agent_project)
+    assert "SHOUT" in err
+    assert "not json-rpc at all" in err
+    assert "from a child process" in err
+    for result in (ran, after, shown, checked, again):
+        dumped = json.dumps(result.structured_content) + result.content[0].text
+        assert secret not in dumped
+    assert secret not in err
+    assert "Traceback" not in err
+
+
+def test_sigterm_during_a_run_interrupts_it_and_the_session_goes_on(
+        agent_project: Path) -> None:
+    # The run is driven on the server's main thread: the scheduler's signal handlers work,
+    # and SIGTERM interrupts the run as it does `planrun execute` (journaled, resumable).
+    import os
+    import signal
+
+    async def body(session: ClientSession) -> Any:
+        results: list[Any] = []
+
+        async def execute() -> None:
+            results.append(await _call(session, "execute_plan", plan="hold"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(execute)
+            pid_file = agent_project / "server.pid"
+            while not pid_file.exists():
+                await anyio.sleep(0.05)
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            # While the run is stopping, the read tools still answer.
+            status = await _call(session, "run_status")
+            (agent_project / "go").write_text("")
+        after = await _call(session, "run_status")
+        return results[0], status, after
+
+    ran, during, after = _serve(agent_project, body)
+    assert ran.structured_content["status"] == "interrupted", ran.structured_content
+    assert ran.structured_content["exit_status"] == 143
+    assert during.structured_content["status"] in ("running", "interrupted")
+    assert after.structured_content["status"] == "interrupted"
+    assert _effects(agent_project) == ["hold"]  # 'after' never started
+    done = _cli(agent_project, "resume", "--json")
+    assert done.returncode == 0, done.stderr
+    assert _effects(agent_project) == ["hold", "echo 2"]  # hold is not run again
+    assert "Traceback" not in _server_err(agent_project)
+
+
+def test_bad_arguments_are_tool_errors_without_a_traceback(agent_project: Path) -> None:
+    async def body(session: ClientSession) -> Any:
+        return [await _call(session, "execute_plan"),
+                await _call(session, "execute_plan", plan=7),
+                await _call(session, "run_output", step="x", item=-1),
+                await _call(session, "validate_plan"),
+                await _call(session, "validate_plan", text="steps: [: nope"),
+                await _call(session, "validate_plan", text="x" * 3_000_000),
+                await _call(session, "execute_plan", plan="broken"),
+                await _call(session, "no_such_tool"),
+                await _call(session, "validate_plan", plan="/etc/hostname"),
+                await _call(session, "execute_plan", plan="../outside.yaml")]
+
+    (agent_project.parent / "outside.yaml").write_text(HELLO)
+    results = _serve(agent_project, body)
+    assert [r.is_error for r in results] == [True, True, True, True, False, False, True, True,
+                                             True, True]
+    for outside in results[-2:]:
+        assert outside.structured_content["error"]["code"] == "usage"
+        assert "outside the project" in outside.content[0].text
+    assert _effects(agent_project) == []
+    assert results[4].structured_content["ok"] is False
+    assert results[5].structured_content["ok"] is False  # a big text: a report, as any
+    assert "Traceback" not in _server_err(agent_project)
+
+
+def test_missing_extra_is_one_message(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(textwrap.dedent("""
+        import sys
+        sys.modules["mcp"] = None  # as if the extra were not installed
+    """))
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    result = run_planrun("mcp", "-C", str(tmp_path), env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "pip install 'planrun[mcp]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_cli_start_up_does_not_import_mcp() -> None:
+    import subprocess
+
+    probe = ("import sys; import planrun.cli; "
+             "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "[]"
