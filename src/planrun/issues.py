@@ -38,6 +38,7 @@ ISSUE_CODES: dict[str, str] = {
     "reference": "a run-time placeholder names a step that is not an ancestor, "
     "or `{item}` outside `for_each`",
     "refused": "the policy refuses this tool outright",
+    "repair_changes_succeeded": "a repair's revision changes or removes a step the failed run completed",
     "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
     "ungrantable": "(warning) a grant names the step's tool, but no grant can ever clear the "
     "step: its arguments are only known at run time",
