@@ -38,7 +38,10 @@ ISSUE_CODES: dict[str, str] = {
     "reference": "a run-time placeholder names a step that is not an ancestor, "
     "or `{item}` outside `for_each`",
     "refused": "the policy refuses this tool outright",
-    "repair_changes_succeeded": "a repair's revision changes or removes a step the failed run completed",
+    "repair_changes_succeeded": "a repair's revision changes or removes a step the failed "
+    "run completed",
+    "planner": "a planner failed, timed out or answered with something that is not a plan "
+    "(sent back like any issue)",
     "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
     "ungrantable": "(warning) a grant names the step's tool, but no grant can ever clear the "
     "step: its arguments are only known at run time",

@@ -150,3 +150,280 @@ def run_context(journal: Any, run_id: str) -> dict[str, Any]:
             "plan": redact.loaded_plan(row.plan), "revision": row.revision,
             "params": dict(row.params), "manifest": shown, "failed": failed,
             "succeeded": succeeded, "not_run": not_run}
+
+
+def next_revision(settings: Any, row: Any) -> int:
+    """The revision a repair of ``row`` writes: one past the run's and the plan file's.
+
+    The run's revision + 1, or the revision in ``plans/NAME.yaml`` + 1 when the file was
+    revised further since the run (a repair never writes a revision backwards).
+    """
+    from .loading import load_file
+
+    best = row.revision
+    for suffix in (".yaml", ".yml", ".json"):
+        path = settings.plans_dir / f"{row.plan_name}{suffix}"
+        if path.is_file():
+            try:
+                data = load_file(path).data
+            except Exception:  # an unreadable file: the run's revision decides
+                data = None
+            rev = data.get("revision") if isinstance(data, dict) else None
+            if isinstance(rev, int) and not isinstance(rev, bool):
+                best = max(best, rev)
+            break
+    return int(best) + 1
+
+
+def check_revision(settings: Any, row: Any, data: Any, given: Any, succeeded: list[str],
+                   *, revision: int, file: str, text: str | None = None,
+                   kind: str = "json") -> tuple[Any, Any]:
+    """Check one revised plan against the failed run ``row``.
+
+    ``data`` gets the run's plan ``name`` and ``revision`` (planrun's to set: the revision
+    is the next revision of the run's plan), is validated like any plan — with the run's
+    parameter values (secrets given again), against the current registry and policy —
+    and compared with the run (:func:`changed_succeeded`).
+
+    Returns:
+        (the :class:`~planrun.issues.PlanReport`, the checked plan or None when refused).
+
+    Raises:
+        UsageError: ``-p`` gives a value the run already has (exit 2).
+        Refused: the registry or configuration is invalid (exit 3).
+    """
+    import json
+    from dataclasses import replace
+
+    from . import redact
+    from .checking import load_registry, no_gc
+    from .lifecycle import run_param_input
+    from .loading import Document
+    from .validation import check_plan
+
+    if isinstance(data, dict):
+        head = {"planrun": data["planrun"]} if "planrun" in data else {}
+        data = {**head, "name": row.plan_name, "revision": revision, **{
+            k: v for k, v in data.items() if k not in ("planrun", "name", "revision")}}
+    params = data.get("params") if isinstance(data, dict) else None
+    declared = set(params) if isinstance(params, dict) else set()
+    merged = run_param_input(row, data, given, declared=declared)
+    doc = Document(data=data, file=file, text=text if text is not None else json.dumps(
+        data, indent=2, default=str), kind=kind)
+    with no_gc():
+        report, plan = check_plan(doc, load_registry(settings), settings, merged,
+                                  concrete=True, name_hint=row.plan_name)
+    extra = changed_succeeded(redact.loaded_plan(row.plan), data, succeeded,
+                              run_id=row.run_id, file=file)
+    if extra:
+        report.issues.extend(replace(i, line=at[0], column=at[1]) for i in extra
+                             for at in [doc.locate(i.path)])
+        plan = None
+    return report, plan
+
+
+def _need_secrets(row: Any, given: Any) -> None:
+    """Refuse (``param_missing``, exit 3) when a secret of the run is not given again.
+
+    A secret's value is not in the journal: like ``retry``, a repair needs it again
+    (``-p``, ``--params-file``, ``PLANRUN_PARAM_<NAME>``), checked before any planner
+    round so that no round is spent on it.
+    """
+    from . import redact
+    from .errors import Refused
+    from .lifecycle import journaled_params
+
+    _, secret = journaled_params(row, redact.loaded_plan(row.plan))
+    have = set(given.cli) | set(given.file_values) | set(given.env) if given else set()
+    missing = sorted(secret - have)
+    if missing:
+        names = ", ".join(missing)
+        raise Refused(f"run {row.run_id} has secret parameter{'s' if len(missing) > 1 else ''}"
+                      f" {names} whose value is not journaled; give "
+                      f"{'them' if len(missing) > 1 else 'it'} again",
+                      code="param_missing",
+                      hint=f"-p {missing[0]}=VALUE, --params-file FILE or "
+                      f"PLANRUN_PARAM_{missing[0].upper()}.")
+
+
+def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None = None,
+           given: Any = None, approve: list[str] | None = None, approve_all: bool = False,
+           approver: Any = None, max_parallel: int | None = None, keep_going: bool = False,
+           progress: Any = None) -> Any:
+    """Ask ``planner`` for a revised plan of the failed run ``run_ref`` and run it (SPEC §10).
+
+    Rounds as ``planrun plan``: each answer is validated (plus
+    :func:`changed_succeeded`), journaled on the failed run (``plan_proposed``,
+    ``plan_refused``) and, while refused, sent back with its issues, at most
+    ``max_rounds`` rounds. The accepted revision is written to ``plans/NAME.yaml`` (the
+    next revision, :func:`next_revision`) and runs as a child of the failed run
+    (:func:`planrun.retry.start_child`), whose journal starts with ``planned`` and
+    ``replanned`` (``{"parent_run_id", "revision", "digest", "rounds", "planner"}``; the
+    failed run gets a ``replanned`` event too, with ``child_run_id``).
+
+    Returns:
+        The child run's :class:`~planrun.outcome.RunOutcome`.
+
+    Raises:
+        RunError: ``unknown_run``; ``run_not_resumable`` (the run is not failed);
+            ``run_busy``; ``indeterminate`` (a step of unknown effect must be settled
+            first) (exit 5).
+        Refused: ``replan_exhausted`` with the last report; ``param_missing``: a secret
+            of the run is not given again; the registry or configuration is invalid
+            (exit 3).
+        UsageError: ``-p`` gives a value the run already has; ``--approve`` names no step
+            (exit 2).
+        ApprovalError: a step to run was not cleared (exit 4).
+    """
+    from . import redact
+    from .errors import RunError
+    from .journal import Journal
+    from .journal.store import lease_owner
+    from .lifecycle import _indeterminate_error, run_param_input
+    from .manifest import RESUMABLE
+    from .retry import start_child
+
+    with Journal(settings.journal, write=True) as journal:
+        parent_id = journal.resolve_run_id(run_ref)
+        row = journal.run(parent_id)
+        if row.status != "failed":
+            hint = (f"Use planrun resume {parent_id}." if row.status in RESUMABLE
+                    else "Start a new run with planrun execute (or plan a new one with "
+                    "planrun plan).")
+            raise RunError(f"run {parent_id} is {row.status}; only a failed run is "
+                           "repaired", code="run_not_resumable", hint=hint)
+        context = run_context(journal, parent_id)
+        blocked: list[tuple[str, int | None]] = [(r.step_id, None) for r in journal.steps(parent_id)
+                   if r.status in ("indeterminate", "running")]
+    if blocked:
+        # The planner would plan around a step whose effect nobody knows: settle it first.
+        raise _indeterminate_error(parent_id, blocked, then="repair")
+    # A -p that the run already has a value for is a usage error before any round, and
+    # the run's secrets must be given again before a planner is asked (as retry does).
+    run_param_input(row, redact.loaded_plan(row.plan), given)
+    _need_secrets(row, given)
+    revision = next_revision(settings, row)
+    succeeded = list(context["succeeded"])
+
+    def check(data: Any, file: str, text: str | None, kind: str) -> tuple[Any, Any]:
+        return check_revision(settings, row, data, given, succeeded, revision=revision,
+                              file=file, text=text, kind=kind)
+
+    accepted = _rounds(settings, planner, row=row, context=context, given=given,
+                       max_rounds=max_rounds, check=check)
+    plan, rounds = accepted
+    path, sha = _write_plan(settings, plan)
+    owner = lease_owner()
+    with Journal(settings.journal, write=True) as journal:
+        # The parent's lease is held for the whole child run (as retry does).
+        journal.take_lease(parent_id, owner, statuses=("failed",))
+        try:
+            return start_child(
+                journal, settings, row, plan, owner, approve=approve or [],
+                approve_all=approve_all, approver=approver, max_parallel=max_parallel,
+                keep_going=keep_going, progress=progress,
+                event_data={"plan": plan.name, "revision": plan.revision,
+                            "digest": plan.digest, "repair_of": parent_id},
+                document=plan.document, plan_file=path, file_sha256=sha,
+                replanned={"revision": plan.revision, "digest": plan.digest,
+                           "rounds": rounds, "planner": planner})
+        finally:
+            journal.release_lease(parent_id, owner)
+
+
+# --- stand-in for the planners package (branch i13-plan); replaced when it lands -------
+
+
+def _ask(planner: str, request: dict[str, Any], timeout: float) -> tuple[Any, str | None, str]:
+    """(plan data, its text, its kind) from one planner call; raises ValueError on failure."""
+    import importlib
+    import json
+    import shlex
+    import subprocess
+
+    from .loading import parse_text
+
+    if planner.startswith("cmd:"):
+        try:
+            done = subprocess.run(shlex.split(planner[4:]), input=json.dumps(request),
+                                  capture_output=True, text=True, timeout=timeout,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ValueError(f"the planner could not run: {exc}") from exc
+        if done.returncode != 0:
+            raise ValueError(f"the planner exited {done.returncode}: "
+                             f"{done.stderr.strip()[-300:]}")
+        text = done.stdout
+    elif planner.startswith("python:"):
+        module, _, name = planner[7:].rpartition(":")
+        # a copy: a callable that edits its request in place changes nothing of ours
+        answer = getattr(importlib.import_module(module), name)(json.loads(json.dumps(request)))
+        if not isinstance(answer, str):
+            return answer, None, "json"
+        text = answer
+    else:
+        raise ValueError(f"unknown planner {planner!r}")
+    kind = "json" if text.lstrip().startswith("{") else "yaml"
+    doc = parse_text(text, kind=kind, file="planner")
+    return doc.data, text, kind
+
+
+def _rounds(settings: Any, planner: str, *, row: Any, context: dict[str, Any], given: Any,
+            max_rounds: int | None, check: Any) -> tuple[Any, int]:
+    """The bounded rounds loop: (the accepted checked plan, rounds used)."""
+    from .api import describe_tools, json_schema
+    from .canonical import digest
+    from .checking import load_registry
+    from .errors import Refused
+    from .issues import PlanReport, Report
+    from .journal import Journal
+
+    bound = max_rounds or 3
+    registry = load_registry(settings)
+    previous: dict[str, Any] | None = None
+    report: PlanReport | None = None
+    for n in range(1, bound + 1):
+        request = {"protocol": 1, "mode": "repair", "goal": row.goal, "round": n,
+                   "max_rounds": bound, "plan_schema": json_schema("plan"),
+                   "catalog": describe_tools(registry, allowed=True),
+                   "params": dict(row.params), "previous": previous, "run": context}
+        file = f"planner:round {n}"
+        try:
+            data, text, kind = _ask(planner, request, 300.0)
+        except Exception as exc:
+            data, text, kind = None, None, "json"
+            report = PlanReport(file=file, issues=[Issue(
+                code="planner", message=str(exc), file=file)])
+            plan = None
+        else:
+            report, plan = check(data, file, text, kind)
+        with Journal(settings.journal, write=True) as journal:
+            try:
+                dig = digest(data)
+            except (TypeError, ValueError):
+                dig = ""
+            journal.add_event(row.run_id, "plan_proposed",
+                              data={"round": n, "digest": dig, "mode": "repair"})
+            if plan is not None:
+                return plan, n
+            journal.add_event(row.run_id, "plan_refused",
+                              data={"round": n, "issues": [i.to_json()
+                                                           for i in report.issues]})
+        previous = {"plan": data, "issues": [i.to_json() for i in report.issues]}
+    raise Refused(f"the planner gave no acceptable revision of run {row.run_id} in "
+                  f"{bound} rounds", code="replan_exhausted",
+                  report=Report(plans=[report] if report else []))
+
+
+def _write_plan(settings: Any, plan: Any) -> tuple[str, str]:
+    """Write the accepted revision to ``plans/NAME.yaml``: (its journaled path, SHA-256)."""
+    import yaml
+
+    from . import redact
+    from .checking import file_sha256, journaled_path
+
+    path = settings.plans_dir / f"{plan.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(redact.loaded_plan(plan.document), sort_keys=False,
+                                   allow_unicode=True), encoding="utf-8")
+    return str(journaled_path(path, settings)), str(file_sha256(path))

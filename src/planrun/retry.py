@@ -94,8 +94,9 @@ def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: Chec
     ``plan`` has, except those in ``again`` (their lineage keys are released so they run
     afresh), and runs the rest. ``document``/``plan_file``/``file_sha256``: the plan as
     journaled and its file (default: the parent's — a retry runs the parent's plan; a
-    repair passes its revision). ``replanned``: the data of a ``replanned`` event journaled
-    on the child right after it is created (a repair).
+    repair passes its revision). ``replanned`` (a repair): the data of the ``replanned``
+    events journaled right after the child is created, on the child (with
+    ``parent_run_id``) and on the parent (with ``child_run_id``).
 
     Raises:
         UsageError: ``--approve`` names no step of ``plan`` (exit 2).
@@ -132,7 +133,8 @@ def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: Chec
     ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps], event_data=event_data)
     journal.owner = owner
     if replanned is not None:
-        journal.add_event(child, "replanned", data=replanned)
+        journal.add_event(child, "replanned", data={"parent_run_id": parent_id, **replanned})
+        journal.add_event(parent_id, "replanned", data={"child_run_id": child, **replanned})
     with runner.internal_guard(journal, child):  # a bug ends the child run failed
         return _drive_child(journal, settings, row, plan, child, owner, inherited,
                             parent_rows, approve, approve_all, approver, int(parallel),
