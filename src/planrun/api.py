@@ -52,7 +52,8 @@ __all__ = [
     "DryRun", "Loaded", "Report", "RunOutcome", "check", "check_approve", "describe_plan",
     "describe_tools", "execute", "explain", "file_sha256", "follow", "forget", "grant_warnings",
     "init_project", "journaled_path", "json_schema", "load_params_file", "load_registry",
-    "load_settings", "log", "no_gc", "output", "param_input", "parse_age", "plan_for_viewing",
+    "load_settings", "log", "no_gc", "output", "param_input", "parse_age", "plan",
+    "plan_for_viewing",
     "plan_names", "plan_outline", "plans", "policy_check", "project_key", "prune",
     "read_plan_input", "render_graph", "resolve", "resume", "retry", "runs", "status", "unlock",
     "validate",
@@ -99,6 +100,18 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
             loaded.report.plan.update(substituted(loaded.plan))
         report.plans.append(loaded.report)
     return report
+
+
+def plan(settings: Settings, goal: str, planner: str, **kwargs: Any) -> Any:
+    """Ask a planner for a plan for ``goal`` and write it (``planrun plan``, SPEC §10).
+
+    See :func:`planrun.planning.plan` for the keyword arguments, the result
+    (:class:`~planrun.planning.Planned`) and the errors raised (``replan_exhausted``
+    exit 3, a malformed ``--planner`` exit 2, ``config`` exit 3).
+    """
+    from .planning import plan as ask_planner
+
+    return ask_planner(settings, goal, planner, **kwargs)
 
 
 def read_plan_input(stream: Any) -> bytes:

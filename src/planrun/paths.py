@@ -21,7 +21,8 @@ from .issues import Issue, Report, did_you_mean
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")
 
 CONFIG_NAME = "planrun.toml"
-_KEYS = {"plans_dir", "registry", "journal", "max_parallel", "max_steps", "policy", "pools"}
+_KEYS = {"plans_dir", "registry", "journal", "max_parallel", "max_steps", "policy", "pools",
+         "planners"}
 
 
 def default_journal() -> Path:
@@ -67,6 +68,7 @@ class Settings:
         max_steps: the most steps a plan may have (default 500).
         policy: the raw ``[policy]`` table (checked by ``planrun.policy``).
         pools: ``[pools]`` NAME → limit.
+        planners: the raw ``[planners]`` table (checked by ``planrun.planners``).
     """
 
     project: Path
@@ -78,6 +80,7 @@ class Settings:
     max_steps: int = 500
     policy: dict[str, Any] = field(default_factory=dict)
     pools: dict[str, int] = field(default_factory=dict)
+    planners: dict[str, Any] = field(default_factory=dict)
 
 
 def shown_path(path: Path) -> str:
@@ -156,7 +159,7 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
         for key in ("plans_dir", "registry", "journal"):
             if key in raw and not isinstance(raw[key], str):
                 raise _config_error(config_file, f"{key} must be a string path")
-        for key in ("policy", "pools"):
+        for key in ("policy", "pools", "planners"):
             if key in raw and not isinstance(raw[key], dict):
                 raise _config_error(config_file, f"[{key}] must be a table")
     cfg_file = config_file or folder / CONFIG_NAME
@@ -183,6 +186,7 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
         max_steps=_positive_int(raw, "max_steps", 500, cfg_file),
         policy=raw.get("policy") or {},
         pools=pools,
+        planners=raw.get("planners") or {},
     )
 
 

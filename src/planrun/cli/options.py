@@ -107,6 +107,8 @@ class RunStatus(StrEnum):
     interrupted = "interrupted"
     denied = "denied"
     refused = "refused"
+    planning = "planning"
+    planned = "planned"
 
 
 StatusOpt = Annotated[RunStatus | None, typer.Option("--status",

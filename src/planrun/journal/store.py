@@ -5,7 +5,8 @@
 - :mod:`.steps`: steps and fan-out items (dispatch and outcome records, replay, resolve);
 - :mod:`.calls`: process groups of running command calls (SPEC §12);
 - :mod:`.leases`: leases (owner, epoch, until by the database clock);
-- :mod:`.reads`: reads, as typed records (:mod:`.records`).
+- :mod:`.reads`: reads, as typed records (:mod:`.records`);
+- :mod:`.planning`: planning sessions (SPEC §10).
 
 The names other modules import from here stay importable from here.
 """
@@ -27,6 +28,7 @@ from .base import (
 )
 from .dispatch import DispatchMixin
 from .leases import LeasesMixin
+from .planning import PlanningMixin
 from .reads import ReadsMixin
 from .records import dumps, holder_alive, lease_owner
 from .runs import RunsMixin
@@ -37,7 +39,7 @@ __all__ = ["EVENT_KINDS", "LEASE_TTL_ENV", "LEASE_TTL_S", "MIN_PREFIX", "RUN_STA
            "lease_owner", "lease_ttl", "new_run_id", "now"]
 
 
-class Journal(RunsMixin, DispatchMixin, StepsMixin, LeasesMixin, ReadsMixin):
+class Journal(RunsMixin, DispatchMixin, StepsMixin, LeasesMixin, ReadsMixin, PlanningMixin):
     """A handle on one journal (a file path, SQLite; or a URL of a supported backend).
 
     Args:

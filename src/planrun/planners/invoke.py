@@ -1,0 +1,222 @@
+"""Asking a planner once: the request in, one plan document out (SPEC §10, protocol 1).
+
+A command gets the request as JSON on stdin and prints one plan, JSON or YAML, on
+stdout. It runs without a shell, in the project folder, as the leader of its own process
+group, with planrun's environment less ``PLANRUN_PARAM_*`` (secrets reach a planner
+never); past its timeout the whole group is killed. A callable gets the request (a dict)
+as its one argument and returns the plan (text, or a dict); past its timeout it is
+abandoned (its thread keeps running until the process ends).
+
+Whatever goes wrong (cannot start, exits non-zero, times out, raises, writes more than
+:data:`MAX_OUTPUT_BYTES`, writes something that is not a plan) is a
+:class:`PlannerFailed`, which the rounds loop turns into an issue coded ``planner``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any
+
+from ..issues import Issue
+from ..redact import Secrets
+from .spec import Planner
+
+#: The most bytes a planner may write as its plan (4 MiB); more is a ``planner`` issue.
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: How much of a failing command's stderr is kept in the issue message (characters).
+STDERR_TAIL_CHARS = 2000
+#: What a planner's output is called in issues.
+OUTPUT_NAME = "<planner>"
+
+
+class PlannerFailed(Exception):
+    """The planner gave no plan this round; ``message`` says why (secrets masked)."""
+
+    def __init__(self, message: str, *, line: int | None = None,
+                 column: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+    def issue(self) -> Issue:
+        """The round's issue: code ``planner``, file ``<planner>``."""
+        return Issue(code="planner", message=self.message, file=OUTPUT_NAME, path="",
+                     line=self.line, column=self.column)
+
+
+def ask(planner: Planner, request: dict[str, Any], secrets: Secrets) -> Any:
+    """One answer of ``planner`` to ``request``, as a :class:`~planrun.loading.Document`.
+
+    Raises:
+        PlannerFailed: no plan this round (the reason masks ``secrets``).
+    """
+    if planner.argv is not None:
+        raw = _run_command(planner, request, secrets)
+    else:
+        raw = _call(planner, request, secrets)
+    return _document(raw, secrets)
+
+
+def _tail(data: bytes, secrets: Secrets) -> str:
+    from ..redact import display_text
+
+    text = data.decode("utf-8", "replace").strip()
+    if len(text) > STDERR_TAIL_CHARS:
+        text = "…" + text[-STDERR_TAIL_CHARS:]
+    return display_text(secrets.conceal_text(text))
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) -> bytes:
+    from ..tools import PARAM_ENV_PREFIX
+
+    argv = list(planner.argv or ())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PARAM_ENV_PREFIX)}
+    with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout, \
+            tempfile.TemporaryFile() as ferr:
+        fin.write(json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        fin.seek(0)
+        try:
+            proc = subprocess.Popen(argv, cwd=planner.folder, env=env, stdin=fin,
+                                    stdout=fout, stderr=ferr, process_group=0)
+        except OSError as exc:
+            raise PlannerFailed(f"cannot start the planner {argv[0]!r}: "
+                                f"{exc.strerror or exc}") from None
+        try:
+            code = proc.wait(planner.timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.wait()
+            raise PlannerFailed(f"the planner ran past its timeout of {planner.timeout:g} s "
+                                "and was killed (with its process group)") from None
+        except BaseException:  # Ctrl-C: the planner does not outlive planrun
+            _kill_group(proc.pid)
+            proc.wait()
+            raise
+        _kill_group(proc.pid)  # what it left behind
+        if code != 0:
+            fout.seek(0)
+            ferr.seek(0)
+            err = _tail(ferr.read(), secrets)
+            what = (f"was killed by signal {-code}" if code < 0
+                    else f"exited with status {code}")
+            raise PlannerFailed(f"the planner {what}" + (f": {err}" if err else
+                                                          " (nothing on stderr)"))
+        size = fout.seek(0, os.SEEK_END)
+        if size > MAX_OUTPUT_BYTES:
+            raise PlannerFailed(f"the planner wrote {size:,} bytes; a plan from a planner "
+                                f"is at most {MAX_OUTPUT_BYTES:,} bytes")
+        fout.seek(0)
+        return fout.read()
+
+
+def _import(target: str, folder: Any) -> Any:
+    import importlib
+
+    from ..streams import stdout_to_stderr
+
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    module_name, _, attr = target.partition(":")
+    with stdout_to_stderr():
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    return obj
+
+
+def _call(planner: Planner, request: dict[str, Any], secrets: Secrets) -> Any:
+    from ..redact import display_text
+
+    def described(exc: BaseException) -> str:
+        return display_text(secrets.conceal_text(f"{type(exc).__name__}: {exc}"))
+
+    try:
+        func = _import(planner.target or "", planner.folder)
+    except Exception as exc:
+        raise PlannerFailed(f"cannot import the planner {planner.target!r}: "
+                            f"{described(exc)}") from None
+    if not callable(func):
+        raise PlannerFailed(f"the planner {planner.target!r} is not callable")
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        from ..streams import stdout_to_stderr
+
+        try:
+            with stdout_to_stderr():
+                box["value"] = func(request)
+        except BaseException as exc:  # the planner's own failure, SystemExit too
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="planrun-planner", daemon=True)
+    worker.start()
+    worker.join(planner.timeout)
+    if worker.is_alive():
+        raise PlannerFailed(f"the planner ran past its timeout of {planner.timeout:g} s "
+                            "(abandoned)")
+    if "error" in box:
+        raise PlannerFailed(f"the planner raised {described(box['error'])}")
+    return box.get("value")
+
+
+def _document(raw: Any, secrets: Secrets) -> Any:
+    """The planner's answer as a Document: text (JSON or YAML) or a dict."""
+    from ..loading import DocumentError, parse_text
+
+    if isinstance(raw, dict):
+        try:
+            text = json.dumps(raw, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise PlannerFailed(f"the planner returned a dict that is not JSON data: "
+                                f"{exc}") from None
+        kind = "json"
+    elif isinstance(raw, str | bytes):
+        if isinstance(raw, bytes):
+            if len(raw) > MAX_OUTPUT_BYTES:
+                raise PlannerFailed(f"the planner wrote {len(raw):,} bytes; a plan from a "
+                                    f"planner is at most {MAX_OUTPUT_BYTES:,} bytes")
+            try:
+                text = raw.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise PlannerFailed(f"the planner's output is not UTF-8 text (byte "
+                                    f"{exc.start})") from None
+        else:
+            text = raw
+            if len(text) > MAX_OUTPUT_BYTES:
+                raise PlannerFailed(f"the planner returned {len(text):,} characters; a plan "
+                                    f"from a planner is at most {MAX_OUTPUT_BYTES:,} bytes")
+        if not text.strip():
+            raise PlannerFailed("the planner wrote nothing: it must print one plan (JSON or "
+                                "YAML)")
+        kind = "json" if text.lstrip()[:1] in ("{", "[") else "yaml"
+    else:
+        raise PlannerFailed(f"the planner returned {type(raw).__name__}, not a plan (text "
+                            "or a dict)")
+    try:
+        doc = parse_text(text, kind=kind, file=OUTPUT_NAME)
+    except DocumentError as exc:
+        first = exc.issues[0]
+        from ..redact import display_text
+
+        raise PlannerFailed(
+            "the planner's output is not a plan: " + "; ".join(
+                f"{i.code}: {display_text(secrets.conceal_text(i.message))}"
+                for i in exc.issues[:5]), line=first.line, column=first.column) from None
+    if not isinstance(doc.data, dict):
+        shown = type(doc.data).__name__ if doc.data is not None else "null"
+        raise PlannerFailed(f"the planner's output is not a plan: a plan is a mapping "
+                            f"(planrun: 1, goal, steps, …), not {shown}", line=1, column=1)
+    return doc

@@ -1,0 +1,305 @@
+"""``planrun plan``: from a goal to a plan file, through a planner (SPEC §10).
+
+:func:`plan` resolves the planner, asks it for rounds (:func:`planrun.planners.propose`),
+journals the session (one run record, status ``planning`` → ``planned`` | ``refused``)
+and writes the accepted plan:
+
+- NAME is ``--name``, else the plan's own ``name`` when it is a plain file name
+  (``[A-Za-z0-9][A-Za-z0-9_.-]*``, at most 100 characters), else a slug of the goal.
+  The written plan's ``name`` is NAME.
+- The file is ``plans/NAME.yaml``, or the existing file of plan NAME (``.yaml``, ``.yml``
+  or ``.json``, looked up as ``execute NAME`` does), or ``--out FILE``. A new file gets
+  ``revision: 1``; an existing one the next revision (its ``revision`` + 1), and its
+  previous content is kept in the journal (the ``planned`` event's ``previous``).
+- A ``.json`` file is written as JSON, anything else as YAML that reads back (YAML 1.2
+  core) exactly as the plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import Refused, UsageError
+from .issues import Issue, PlanReport
+
+#: A NAME planrun writes a plan file under.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+@dataclass
+class Planned:
+    """A plan a planner proposed and planrun wrote (``planrun plan``'s result).
+
+    Attributes:
+        run_id: the planning session's run id (``planrun log RUN_ID``).
+        name: the plan's name (NAME).
+        file: where it was written.
+        revision: its revision as written.
+        previous_revision: the revision it replaced, or None (a new file).
+        rounds: how many rounds it took.
+        digest: SHA-256 of the canonical JSON of the plan as journaled.
+        data: the plan as written.
+        text: the file's text.
+        warnings: validation warnings of the accepted plan.
+    """
+
+    run_id: str | None
+    name: str
+    file: Path
+    revision: int
+    previous_revision: int | None
+    rounds: int
+    digest: str
+    data: dict[str, Any]
+    text: str
+    warnings: list[Issue] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``plan --json`` prints.
+
+        ``{"ok", "run_id", "name", "file", "revision", "previous_revision", "rounds",
+        "digest", "plan", "warnings"}``.
+        """
+        from .paths import shown_path
+
+        return {"ok": True, "run_id": self.run_id, "name": self.name,
+                "file": shown_path(self.file), "revision": self.revision,
+                "previous_revision": self.previous_revision, "rounds": self.rounds,
+                "digest": self.digest, "plan": self.data,
+                "warnings": [w.to_json() for w in self.warnings]}
+
+
+def slug(goal: str) -> str:
+    """A plan name from a goal: lower-case words joined by ``-`` (at most 60 characters)."""
+    words = re.findall(r"[a-z0-9]+", goal.lower())
+    text = "-".join(words)[:60].strip("-")
+    return text or "plan"
+
+
+def _dumper() -> Any:
+    import yaml
+
+    from .loading import _CoreResolver
+
+    core = _CoreResolver()
+
+    class Dumper(yaml.SafeDumper):
+        """SafeDumper that quotes every string YAML 1.2 core would read as another type."""
+
+    def represent_str(dumper: Any, value: str) -> Any:
+        tag = core.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+        quoted = tag != "tag:yaml.org,2002:str"
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value,
+                                       style='"' if quoted else None)
+
+    Dumper.add_representer(str, represent_str)
+    return Dumper
+
+
+def render(data: dict[str, Any], suffix: str) -> str:
+    """The plan as file text: JSON for ``.json``, else YAML that reads back as ``data``."""
+    if suffix == ".json":
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    import yaml
+
+    from .loading import DocumentError, parse_text
+
+    text: str = yaml.dump(data, Dumper=_dumper(), sort_keys=False, allow_unicode=True,
+                          width=100, default_flow_style=False)
+    try:
+        same = parse_text(text, kind="yaml").data == data
+    except DocumentError:
+        same = False
+    # JSON is YAML too: the fallback for anything the YAML emitter would not round-trip.
+    return text if same else json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file in its folder, renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress():
+            os.unlink(tmp)
+        raise
+
+
+def _suppress() -> Any:
+    import contextlib
+
+    return contextlib.suppress(OSError)
+
+
+def _existing(settings: Any, name: str | None, out: str | None) -> Path | None:
+    """The file the plan will replace, if there is one."""
+    from .paths import PlanLookupError, find_plan, probe
+
+    if out is not None:
+        p = Path(out)
+        return p if probe(p, "is_file") else None
+    if name is None:
+        return None
+    try:
+        return find_plan(name, settings.plans_dir)
+    except PlanLookupError:
+        return None
+
+
+def _previous(path: Path | None) -> tuple[Any, str | None, int | None]:
+    """(document or None, text or None, revision or None) of the file being replaced."""
+    if path is None:
+        return None, None, None
+    from .loading import DocumentError, load_file
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None, None, 0
+    try:
+        data = load_file(path).data
+    except DocumentError:
+        return None, text, 0
+    rev = data.get("revision", 1) if isinstance(data, dict) else 0
+    if isinstance(rev, bool) or not isinstance(rev, int) or rev < 0:
+        rev = 0
+    return data, text, rev
+
+
+def _secret_names(data: Any) -> set[str]:
+    params = data.get("params") if isinstance(data, dict) else None
+    if not isinstance(params, dict):
+        return set()
+    return {n for n, s in params.items() if isinstance(s, dict) and s.get("secret") is True}
+
+
+def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
+         max_rounds: int | None = None, given: Any = None, out: str | None = None,
+         concrete: bool | None = None,
+         on_round: Callable[[int, PlanReport | None], None] | None = None) -> Planned:
+    """Ask a planner for a plan for ``goal``; write and journal the accepted one.
+
+    Args:
+        settings: the invocation's settings.
+        goal: what the plan is for (free text, given to the planner).
+        planner: ``cmd:ARGV``, ``python:module:callable`` or a ``[planners]`` name.
+        name: NAME (default: see the module docstring).
+        max_rounds: the bound (default: the planner table's ``max_rounds``, else 3).
+        given: parameter values (``ParamInput``): sent to the planner (secrets as
+            references) and used to validate.
+        out: write here instead of the plans folder.
+        concrete: validate with concrete values (``execute --planner``); default: when
+            values were given.
+        on_round: called after each round with its report (None: accepted).
+
+    Returns:
+        What was written (:class:`Planned`).
+
+    Raises:
+        UsageError: an empty goal, a bad ``--name``, a malformed ``--planner``, a file
+            that cannot be written (exit 2).
+        Refused: the registry or configuration is invalid (``registry``/``config``), or no
+            plan within the bound (``replan_exhausted``, with the last report), exit 3.
+        JournalError: the journal is unusable (exit 6).
+    """
+    from . import redact
+    from .canonical import digest
+    from .checking import journaled_path, load_registry
+    from .planners import (
+        DEFAULT_MAX_ROUNDS,
+        JournalSession,
+        PlannerParams,
+        propose,
+        request_base,
+        resolve_planner,
+    )
+
+    if not goal.strip():
+        raise UsageError("the goal is empty: say what the plan is for",
+                         hint="e.g. planrun plan 'back up data to /backups keeping 7' "
+                         "--planner P")
+    if name is not None and not NAME_RE.fullmatch(name):
+        raise UsageError(f"--name {name!r}: a plan name is letters, digits, '.', '_' and "
+                         "'-' (starting with a letter or digit, at most 100 characters)")
+    who = resolve_planner(settings, planner)
+    rounds = max_rounds or who.max_rounds or DEFAULT_MAX_ROUNDS
+    registry = load_registry(settings)
+    before = _existing(settings, name, out)
+    prev_data, prev_text, prev_rev = _previous(before)
+    params = PlannerParams(given, _secret_names(prev_data))
+    session = JournalSession(settings, goal=goal, name=name or slug(goal), planner=who.label,
+                             mode="plan", params=params.request(), max_rounds=rounds)
+    base = request_base(registry, goal=goal, mode="plan")
+    try:
+        accepted = propose(settings, who, base, max_rounds=rounds, registry=registry,
+                           given=given, concrete=concrete, name_hint=name or slug(goal),
+                           session=session, params=params, on_round=on_round)
+    except Refused as exc:
+        report = exc.report.to_json() if exc.report is not None else {}
+        session.fail({"code": exc.code, "rounds": rounds, **report})
+        exc.message = (f"no valid plan in {rounds} round(s); the last report is above. "
+                       f"planrun log {session.run_id} shows every round")
+        raise
+    except BaseException as exc:  # Ctrl-C, a journal error: the session does not stay open
+        if session.run_id is not None:
+            with _suppress_all():
+                session.fail({"code": getattr(exc, "code", "interrupted"),
+                              "message": type(exc).__name__})
+        raise
+    data = accepted.data
+    own = data.get("name")
+    final_name = name or (own if isinstance(own, str) and NAME_RE.fullmatch(own)
+                          else slug(goal))
+    if before is None and out is None and final_name != name:
+        before = _existing(settings, final_name, None)
+        prev_data, prev_text, prev_rev = _previous(before)
+    target = Path(out) if out is not None else (
+        before or settings.plans_dir / f"{final_name}.yaml")
+    revision = 1 if before is None else (prev_rev or 0) + 1
+    final: dict[str, Any] = {"planrun": data.get("planrun", 1), "name": final_name,
+                             "revision": revision}
+    final.update({k: v for k, v in data.items() if k not in ("planrun", "name", "revision")})
+    text = render(final, target.suffix)
+    try:
+        _write(target, text)
+    except OSError as exc:
+        session.fail({"code": "usage", "message": f"cannot write {target}: "
+                      f"{exc.strerror or exc}"})
+        raise UsageError(f"cannot write the plan to {target}: {exc.strerror or exc}",
+                         hint="Give --out a writable path.") from None
+    secrets = params.secrets()
+    stored = secrets.conceal(redact.stored_plan(final))
+    dig = digest(stored)
+    previous: dict[str, Any] | None = None
+    if before is not None:
+        previous = {"file": journaled_path(before, settings), "revision": prev_rev}
+        if prev_data is not None and redact.stored_plan(prev_data) is not prev_data:
+            # A secret default in the old file: keep the document with it as a reference.
+            previous["document"] = secrets.conceal(redact.stored_plan(prev_data))
+        else:
+            previous["content"] = secrets.conceal_text(prev_text or "")
+    session.accepted(plan=stored, digest=dig, name=final_name, revision=revision,
+                     plan_file=journaled_path(target, settings),
+                     data={"round": accepted.round, "digest": dig, "name": final_name,
+                           "revision": revision, "file": journaled_path(target, settings),
+                           "planner": who.label, "previous": previous})
+    return Planned(run_id=session.run_id, name=final_name, file=target, revision=revision,
+                   previous_revision=prev_rev if before is not None else None,
+                   rounds=accepted.round, digest=dig, data=final, text=text,
+                   warnings=[i for i in accepted.report.issues if i.severity == "warning"])
+
+
+def _suppress_all() -> Any:
+    import contextlib
+
+    return contextlib.suppress(Exception)
