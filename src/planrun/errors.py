@@ -65,8 +65,6 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
                       "idempotent: settle it with planrun resolve"),
     "not_indeterminate": (EXIT_RUN, "resolve was given a step whose outcome is known"),
     "no_output": (EXIT_RUN, "the step did not succeed, so it has no output"),
-    "replan_exhausted": (EXIT_REFUSED, "the planner gave no acceptable plan within "
-                         "--max-rounds rounds (the last report is printed)"),
     "journal": (EXIT_JOURNAL, "the journal cannot be opened, read or written, is corrupt, "
                 "or is newer than this planrun"),
     "internal": (EXIT_RUN_FAILED, "an unexpected error in planrun (a bug) ended the run "

@@ -23,9 +23,11 @@ values the run was given, so equal arguments as written mean equal arguments.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .issues import Issue
+from .planners import PlannerParams
 from .pointers import pointer
 
 #: Step fields that decide what a step did (its call, its inputs, its items, whether it ran).
@@ -152,74 +154,29 @@ def run_context(journal: Any, run_id: str) -> dict[str, Any]:
             "succeeded": succeeded, "not_run": not_run}
 
 
-def next_revision(settings: Any, row: Any) -> int:
-    """The revision a repair of ``row`` writes: one past the run's and the plan file's.
+def revision_params(row: Any, given: Any) -> Any:
+    """``given_for`` of :func:`planrun.planners.propose`: the parameters to check a revision.
 
-    The run's revision + 1, or the revision in ``plans/NAME.yaml`` + 1 when the file was
-    revised further since the run (a repair never writes a revision backwards).
+    The run's journaled values of the parameters the revision declares (the child keeps
+    them), its secrets and new parameters as given (:func:`planrun.lifecycle.run_param_input`).
     """
-    from .loading import load_file
-
-    best = row.revision
-    for suffix in (".yaml", ".yml", ".json"):
-        path = settings.plans_dir / f"{row.plan_name}{suffix}"
-        if path.is_file():
-            try:
-                data = load_file(path).data
-            except Exception:  # an unreadable file: the run's revision decides
-                data = None
-            rev = data.get("revision") if isinstance(data, dict) else None
-            if isinstance(rev, int) and not isinstance(rev, bool):
-                best = max(best, rev)
-            break
-    return int(best) + 1
-
-
-def check_revision(settings: Any, row: Any, data: Any, given: Any, succeeded: list[str],
-                   *, revision: int, file: str, text: str | None = None,
-                   kind: str = "json") -> tuple[Any, Any]:
-    """Check one revised plan against the failed run ``row``.
-
-    ``data`` gets the run's plan ``name`` and ``revision`` (planrun's to set: the revision
-    is the next revision of the run's plan), is validated like any plan — with the run's
-    parameter values (secrets given again), against the current registry and policy —
-    and compared with the run (:func:`changed_succeeded`).
-
-    Returns:
-        (the :class:`~planrun.issues.PlanReport`, the checked plan or None when refused).
-
-    Raises:
-        UsageError: ``-p`` gives a value the run already has (exit 2).
-        Refused: the registry or configuration is invalid (exit 3).
-    """
-    import json
-    from dataclasses import replace
-
-    from . import redact
-    from .checking import load_registry, no_gc
     from .lifecycle import run_param_input
-    from .loading import Document
-    from .validation import check_plan
 
-    if isinstance(data, dict):
-        head = {"planrun": data["planrun"]} if "planrun" in data else {}
-        data = {**head, "name": row.plan_name, "revision": revision, **{
-            k: v for k, v in data.items() if k not in ("planrun", "name", "revision")}}
-    params = data.get("params") if isinstance(data, dict) else None
-    declared = set(params) if isinstance(params, dict) else set()
-    merged = run_param_input(row, data, given, declared=declared)
-    doc = Document(data=data, file=file, text=text if text is not None else json.dumps(
-        data, indent=2, default=str), kind=kind)
-    with no_gc():
-        report, plan = check_plan(doc, load_registry(settings), settings, merged,
-                                  concrete=True, name_hint=row.plan_name)
-    extra = changed_succeeded(redact.loaded_plan(row.plan), data, succeeded,
-                              run_id=row.run_id, file=file)
-    if extra:
-        report.issues.extend(replace(i, line=at[0], column=at[1]) for i in extra
-                             for at in [doc.locate(i.path)])
-        plan = None
-    return report, plan
+    def given_for(data: Any) -> Any:
+        params = data.get("params") if isinstance(data, dict) else None
+        declared = {k for k in params if isinstance(k, str)} if isinstance(
+            params, dict) else set()
+        return run_param_input(row, data, given, declared=declared)
+
+    return given_for
+
+
+def revised(data: dict[str, Any], name: str, revision: int) -> dict[str, Any]:
+    """``data`` with planrun's ``name`` and ``revision`` (after ``planrun``, as written)."""
+    final: dict[str, Any] = {"planrun": data.get("planrun", 1), "name": name,
+                             "revision": revision}
+    final.update({k: v for k, v in data.items() if k not in ("planrun", "name", "revision")})
+    return final
 
 
 def _need_secrets(row: Any, given: Any) -> None:
@@ -252,14 +209,17 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
            progress: Any = None) -> Any:
     """Ask ``planner`` for a revised plan of the failed run ``run_ref`` and run it (SPEC §10).
 
-    Rounds as ``planrun plan``: each answer is validated (plus
-    :func:`changed_succeeded`), journaled on the failed run (``plan_proposed``,
+    The rounds are :func:`planrun.planners.propose`'s: each answer is validated (with the
+    run's parameter values, :func:`revision_params`) and compared with the run
+    (:func:`changed_succeeded`), journaled as events of the failed run (``plan_proposed``,
     ``plan_refused``) and, while refused, sent back with its issues, at most
-    ``max_rounds`` rounds. The accepted revision is written to ``plans/NAME.yaml`` (the
-    next revision, :func:`next_revision`) and runs as a child of the failed run
-    (:func:`planrun.retry.start_child`), whose journal starts with ``planned`` and
-    ``replanned`` (``{"parent_run_id", "revision", "digest", "rounds", "planner"}``; the
-    failed run gets a ``replanned`` event too, with ``child_run_id``).
+    ``max_rounds`` rounds (default: the planner table's ``max_rounds``, else 3). The
+    accepted revision is written to the plan's file (``plans/NAME.yaml``, or the
+    existing ``.yml``/``.json`` of the plan) as its next revision — one past the run's
+    revision and the file's — and runs as a child of the failed run
+    (:func:`planrun.retry.start_child`). ``replanned`` events record it: on the child
+    ``{"parent_run_id", "revision", "digest", "rounds", "planner", "file", "previous"}``,
+    on the failed run the same with ``child_run_id``.
 
     Returns:
         The child run's :class:`~planrun.outcome.RunOutcome`.
@@ -271,16 +231,27 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
         Refused: ``replan_exhausted`` with the last report; ``param_missing``: a secret
             of the run is not given again; the registry or configuration is invalid
             (exit 3).
-        UsageError: ``-p`` gives a value the run already has; ``--approve`` names no step
-            (exit 2).
+        UsageError: ``-p`` gives a value the run already has; ``--approve`` names no step;
+            a malformed ``--planner``; the plan file cannot be written (exit 2).
         ApprovalError: a step to run was not cleared (exit 4).
     """
+    from pathlib import Path
+
     from . import redact
-    from .errors import RunError
+    from .checking import journaled_path, load_registry
+    from .errors import RunError, UsageError
     from .journal import Journal
     from .journal.store import lease_owner
-    from .lifecycle import _indeterminate_error, run_param_input
+    from .lifecycle import _indeterminate_error, journaled_params, run_param_input
     from .manifest import RESUMABLE
+    from .planners import (
+        DEFAULT_MAX_ROUNDS,
+        EventSession,
+        propose,
+        request_base,
+        resolve_planner,
+    )
+    from .planning import _existing, _previous, _write, render
     from .retry import start_child
 
     with Journal(settings.journal, write=True) as journal:
@@ -293,26 +264,52 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
             raise RunError(f"run {parent_id} is {row.status}; only a failed run is "
                            "repaired", code="run_not_resumable", hint=hint)
         context = run_context(journal, parent_id)
-        blocked: list[tuple[str, int | None]] = [(r.step_id, None) for r in journal.steps(parent_id)
-                   if r.status in ("indeterminate", "running")]
+        blocked: list[tuple[str, int | None]] = [
+            (r.step_id, None) for r in journal.steps(parent_id)
+            if r.status in ("indeterminate", "running")]
     if blocked:
         # The planner would plan around a step whose effect nobody knows: settle it first.
         raise _indeterminate_error(parent_id, blocked, then="repair")
+    old = redact.loaded_plan(row.plan)
     # A -p that the run already has a value for is a usage error before any round, and
     # the run's secrets must be given again before a planner is asked (as retry does).
-    run_param_input(row, redact.loaded_plan(row.plan), given)
+    run_param_input(row, old, given)
     _need_secrets(row, given)
-    revision = next_revision(settings, row)
+    who = resolve_planner(settings, planner)
+    rounds = max_rounds or who.max_rounds or DEFAULT_MAX_ROUNDS
+    registry = load_registry(settings)
     succeeded = list(context["succeeded"])
+    _, secret = journaled_params(row, old)
+    params = _RunParams(given, set(secret), run_params=dict(row.params))
+    base = request_base(registry, goal=row.goal or "", mode="repair", run=context)
 
-    def check(data: Any, file: str, text: str | None, kind: str) -> tuple[Any, Any]:
-        return check_revision(settings, row, data, given, succeeded, revision=revision,
-                              file=file, text=text, kind=kind)
+    def extra_check(_checked: Any, data: Any) -> list[Issue]:
+        from .planners.invoke import OUTPUT_NAME
 
-    accepted = _rounds(settings, planner, row=row, context=context, given=given,
-                       max_rounds=max_rounds, check=check)
-    plan, rounds = accepted
-    path, sha = _write_plan(settings, plan)
+        return changed_succeeded(old, data, succeeded, run_id=parent_id, file=OUTPUT_NAME)
+
+    accepted = propose(settings, who, base, max_rounds=rounds, registry=registry,
+                       given_for=revision_params(row, given), concrete=True,
+                       name_hint=row.plan_name, extra_check=extra_check,
+                       session=EventSession(settings.journal, parent_id), params=params)
+    before = _existing(settings, row.plan_name, None)
+    _prev_data, prev_text, prev_rev = _previous(before)
+    revision = max(row.revision, prev_rev or 0) + 1
+    final = revised(accepted.data, row.plan_name, revision)
+    plan = _checked(settings, row, final, given)
+    target = before or settings.plans_dir / f"{row.plan_name}.yaml"
+    text = render(final, target.suffix)
+    try:
+        _write(target, text)
+    except OSError as exc:
+        raise UsageError(f"cannot write the revised plan to {target}: "
+                         f"{exc.strerror or exc}") from None
+    shown = journaled_path(Path(target), settings)
+    from .checking import file_sha256
+
+    previous = None if before is None else {
+        "file": journaled_path(before, settings), "revision": prev_rev,
+        "content": params.secrets().conceal_text(prev_text or "")}
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal:
         # The parent's lease is held for the whole child run (as retry does).
@@ -324,106 +321,52 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
                 keep_going=keep_going, progress=progress,
                 event_data={"plan": plan.name, "revision": plan.revision,
                             "digest": plan.digest, "repair_of": parent_id},
-                document=plan.document, plan_file=path, file_sha256=sha,
+                document=plan.document, plan_file=shown, file_sha256=file_sha256(target),
                 replanned={"revision": plan.revision, "digest": plan.digest,
-                           "rounds": rounds, "planner": planner})
+                           "rounds": accepted.round, "planner": who.label, "file": shown,
+                           "previous": previous})
         finally:
             journal.release_lease(parent_id, owner)
 
 
-# --- stand-in for the planners package (branch i13-plan); replaced when it lands -------
+def _checked(settings: Any, row: Any, data: dict[str, Any], given: Any) -> Any:
+    """The accepted revision with planrun's name and revision, checked (a CheckedPlan).
 
-
-def _ask(planner: str, request: dict[str, Any], timeout: float) -> tuple[Any, str | None, str]:
-    """(plan data, its text, its kind) from one planner call; raises ValueError on failure."""
-    import importlib
+    Raises:
+        Refused: it no longer passes (it passed a moment ago with another revision
+            number: only a changed registry in between can do this), exit 3.
+    """
     import json
-    import shlex
-    import subprocess
 
-    from .loading import parse_text
-
-    if planner.startswith("cmd:"):
-        try:
-            done = subprocess.run(shlex.split(planner[4:]), input=json.dumps(request),
-                                  capture_output=True, text=True, timeout=timeout,
-                                  check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ValueError(f"the planner could not run: {exc}") from exc
-        if done.returncode != 0:
-            raise ValueError(f"the planner exited {done.returncode}: "
-                             f"{done.stderr.strip()[-300:]}")
-        text = done.stdout
-    elif planner.startswith("python:"):
-        module, _, name = planner[7:].rpartition(":")
-        # a copy: a callable that edits its request in place changes nothing of ours
-        answer = getattr(importlib.import_module(module), name)(json.loads(json.dumps(request)))
-        if not isinstance(answer, str):
-            return answer, None, "json"
-        text = answer
-    else:
-        raise ValueError(f"unknown planner {planner!r}")
-    kind = "json" if text.lstrip().startswith("{") else "yaml"
-    doc = parse_text(text, kind=kind, file="planner")
-    return doc.data, text, kind
-
-
-def _rounds(settings: Any, planner: str, *, row: Any, context: dict[str, Any], given: Any,
-            max_rounds: int | None, check: Any) -> tuple[Any, int]:
-    """The bounded rounds loop: (the accepted checked plan, rounds used)."""
-    from .api import describe_tools, json_schema
-    from .canonical import digest
-    from .checking import load_registry
+    from .checking import load_registry, no_gc
     from .errors import Refused
-    from .issues import PlanReport, Report
-    from .journal import Journal
+    from .issues import Report
+    from .loading import Document
+    from .validation import check_plan
 
-    bound = max_rounds or 3
-    registry = load_registry(settings)
-    previous: dict[str, Any] | None = None
-    report: PlanReport | None = None
-    for n in range(1, bound + 1):
-        request = {"protocol": 1, "mode": "repair", "goal": row.goal, "round": n,
-                   "max_rounds": bound, "plan_schema": json_schema("plan"),
-                   "catalog": describe_tools(registry, allowed=True),
-                   "params": dict(row.params), "previous": previous, "run": context}
-        file = f"planner:round {n}"
-        try:
-            data, text, kind = _ask(planner, request, 300.0)
-        except Exception as exc:
-            data, text, kind = None, None, "json"
-            report = PlanReport(file=file, issues=[Issue(
-                code="planner", message=str(exc), file=file)])
-            plan = None
-        else:
-            report, plan = check(data, file, text, kind)
-        with Journal(settings.journal, write=True) as journal:
-            try:
-                dig = digest(data)
-            except (TypeError, ValueError):
-                dig = ""
-            journal.add_event(row.run_id, "plan_proposed",
-                              data={"round": n, "digest": dig, "mode": "repair"})
-            if plan is not None:
-                return plan, n
-            journal.add_event(row.run_id, "plan_refused",
-                              data={"round": n, "issues": [i.to_json()
-                                                           for i in report.issues]})
-        previous = {"plan": data, "issues": [i.to_json() for i in report.issues]}
-    raise Refused(f"the planner gave no acceptable revision of run {row.run_id} in "
-                  f"{bound} rounds", code="replan_exhausted",
-                  report=Report(plans=[report] if report else []))
+    doc = Document(data=data, file=f"plans/{row.plan_name}.yaml",
+                   text=json.dumps(data, indent=2), kind="json")
+    with no_gc():
+        report, plan = check_plan(doc, load_registry(settings), settings,
+                                  revision_params(row, given)(data), concrete=True,
+                                  name_hint=row.plan_name)
+    if plan is None:
+        raise Refused("the accepted revision no longer passes validation",
+                      code=report.issues[0].code if report.issues else "refused",
+                      report=Report(plans=[report]))
+    return plan
 
 
-def _write_plan(settings: Any, plan: Any) -> tuple[str, str]:
-    """Write the accepted revision to ``plans/NAME.yaml``: (its journaled path, SHA-256)."""
-    import yaml
+@dataclass
+class _RunParams(PlannerParams):
+    """The request's ``params`` for a repair.
 
-    from . import redact
-    from .checking import file_sha256, journaled_path
+    The run's values (secrets as references) below those given now (secrets as
+    references too); planner output and reports concealed as for ``plan``.
+    """
 
-    path = settings.plans_dir / f"{plan.name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(redact.loaded_plan(plan.document), sort_keys=False,
-                                   allow_unicode=True), encoding="utf-8")
-    return str(journaled_path(path, settings)), str(file_sha256(path))
+    run_params: dict[str, Any] = field(default_factory=dict)
+
+    def request(self) -> dict[str, Any]:
+        """The run's values, then the given ones (a secret's value never)."""
+        return {**self.run_params, **super().request()}
