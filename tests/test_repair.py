@@ -4,6 +4,8 @@ the ``run`` part of the request, and the child run a revision becomes."""
 from __future__ import annotations
 
 import copy
+import json
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from planrun.canonical import canonical_json
 from planrun.issues import ISSUE_CODES
 from planrun.repair import CODE, changed_succeeded, effect
+from planrun.validation import ParamInput
 
 OLD: dict[str, Any] = {
     "planrun": 1, "name": "p", "goal": "g",
@@ -174,3 +177,225 @@ def test_a_step_is_refused_exactly_when_it_succeeded_and_its_effect_differs(
 def test_a_step_compared_with_itself_is_unchanged(fields: dict[str, Any]) -> None:
     plan = {"steps": [{"id": "s", **fields}]}
     assert changed_succeeded(plan, copy.deepcopy(plan), ["s"]) == []
+
+
+# --- through the api: a real project, real journal, scripted planners ---------------------
+
+TOOLS = """
+tools:
+  echo:
+    python: repairtools:echo
+    arguments: {type: object, properties: {value: {}}, required: [value],
+                additionalProperties: false}
+  boom:
+    python: repairtools:boom
+    arguments: {type: object, properties: {value: {}}, required: [value],
+                additionalProperties: false}
+  slow:
+    description: Sleeps; not idempotent
+    command: [sleep, "{seconds}"]
+    output: none
+    arguments: {type: object, properties: {seconds: {type: string}}, required: [seconds],
+                additionalProperties: false}
+"""
+
+MODULE = '''
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def echo(value):
+    with open(HERE / "effects.log", "a", encoding="utf-8") as f:
+        f.write(f"{value}\\n")
+    return {"value": value}
+
+
+def boom(value):
+    raise ValueError(f"cannot reach {value}")
+'''
+
+PLANNERS = '''
+import json
+
+
+def fix(request):
+    """Call echo where the run failed; drop parameters nobody uses any more."""
+    plan = request["run"]["plan"]
+    failed = {f["step"] for f in request["run"]["failed"]}
+    for step in plan["steps"]:
+        if step["id"] in failed:
+            step["tool"] = "echo"
+            step["arguments"] = {"value": step["id"]}
+    text = json.dumps(plan)
+    plan["params"] = {k: v for k, v in plan.get("params", {}).items()
+                      if "{params." + k + "}" in json.dumps(plan["steps"])}
+    if not plan["params"]:
+        del plan["params"]
+    return plan
+
+
+def rename(request):
+    plan = fix(request)
+    plan["name"] = "something-else"
+    plan["revision"] = 99
+    return plan
+
+
+def touch(request):
+    plan = request["run"]["plan"]
+    plan["steps"][0]["arguments"] = {"value": "changed"}
+    return plan
+
+
+def slow_fix(request):
+    plan = request["run"]["plan"]
+    for step in plan["steps"]:
+        if step["tool"] == "slow":
+            step["tool"] = "echo"
+            step["arguments"] = {"value": step["id"]}
+    return plan
+'''
+
+FAILING = """
+planrun: 1
+goal: Send the report
+params:
+  endpoint: {type: string}
+  token: {type: string, secret: true}
+steps:
+  - {id: render, tool: echo, arguments: {value: render}}
+  - id: send
+    tool: boom
+    depends_on: [render]
+    arguments: {value: "{params.endpoint}/{params.token}"}
+  - {id: log, tool: echo, depends_on: [send], arguments: {value: log}}
+"""
+
+
+@pytest.fixture
+def repair_project(project: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.chdir(project.root)
+    project.write_tools(TOOLS, module=MODULE, module_name="repairtools")
+    project.write_module("repairplanners", PLANNERS)
+    project.write_plan("report", FAILING)
+    return project
+
+
+def _failed_run(project: Any) -> tuple[Any, str]:
+    from planrun import api
+    from planrun.validation import ParamInput
+
+    settings = project.settings()
+    given = ParamInput(cli={"endpoint": "https://example.test", "token": "tok-SECRET-1"})
+    outcome = api.execute(settings, "report", given)
+    assert outcome.manifest["status"] == "failed"
+    return settings, outcome.manifest["run_id"]
+
+
+def _effects(project: Any) -> Counter[str]:
+    path = project.root / "effects.log"
+    return Counter(path.read_text().splitlines() if path.exists() else [])
+
+
+def test_run_context_is_what_the_planner_knows(repair_project: Any) -> None:
+    from planrun.journal import Journal
+    from planrun.repair import run_context
+
+    settings, run_id = _failed_run(repair_project)
+    with Journal(settings.journal, write=False) as journal:
+        ctx = run_context(journal, run_id)
+    assert set(ctx) == {"run_id", "root_run_id", "status", "plan", "revision", "params",
+                        "manifest", "failed", "succeeded", "not_run"}
+    assert (ctx["run_id"], ctx["root_run_id"], ctx["status"]) == (run_id, run_id, "failed")
+    assert ctx["succeeded"] == ["render"]
+    assert ctx["not_run"] == ["log"]
+    assert ctx["failed"] == [{"step": "send", "tool": "boom", "error": {
+        "code": "tool_error", "message": ctx["failed"][0]["error"]["message"]}}]
+    assert ctx["params"]["endpoint"] == "https://example.test"
+    assert ctx["params"]["token"] != "tok-SECRET-1"
+    assert "tok-SECRET-1" not in json.dumps(ctx)
+    # the error message echoed the secret: it holds the reference, not the value
+    assert "cannot reach https://example.test/" in ctx["failed"][0]["error"]["message"]
+
+
+def test_a_revision_may_drop_a_parameter_only_the_failed_step_used(
+        repair_project: Any) -> None:
+    from planrun import api
+    from planrun.validation import ParamInput
+
+    settings, run_id = _failed_run(repair_project)
+    outcome = api.repair(settings, run_id, "python:repairplanners:fix",
+                         given=ParamInput(cli={"token": "tok-SECRET-1"}))
+    m = outcome.manifest
+    assert m["status"] == "completed", m
+    assert m["params"] == {}
+    assert (m["parent_run_id"], m["root_run_id"]) == (run_id, run_id)
+    assert _effects(repair_project) == {"render": 1, "send": 1, "log": 1}
+
+
+def test_planrun_sets_the_name_and_the_next_revision(repair_project: Any) -> None:
+    from planrun import api
+    from planrun.loading import load_file
+    from planrun.validation import ParamInput
+
+    settings, run_id = _failed_run(repair_project)
+    # the file moved on since the run (revision 5): the repair writes revision 6
+    path = repair_project.plans / "report.yaml"
+    path.write_text(path.read_text().replace("goal:", "revision: 5\ngoal:"))
+    outcome = api.repair(settings, run_id, "python:repairplanners:rename",
+                         given=ParamInput(cli={"token": "tok-SECRET-1"}))
+    assert outcome.manifest["plan"]["name"] == "report"
+    assert outcome.manifest["plan"]["revision"] == 6
+    data = load_file(path).data
+    assert (data["name"], data["revision"]) == ("report", 6)
+    assert list(data)[:3] == ["planrun", "name", "revision"]
+    assert not (repair_project.plans / "something-else.yaml").exists()
+
+
+def test_a_named_planner_and_its_max_rounds(repair_project: Any) -> None:
+    from planrun import api
+    from planrun.errors import Refused
+    from planrun.journal import Journal
+    from planrun.validation import ParamInput
+
+    repair_project.write_config("""
+        [planners.toucher]
+        python = "repairplanners:touch"
+        max_rounds = 2
+    """)
+    settings, run_id = _failed_run(repair_project)
+    with pytest.raises(Refused) as caught:
+        api.repair(settings, run_id, "toucher", given=ParamInput(cli={"token": "t"}))
+    assert caught.value.code == "replan_exhausted"
+    with Journal(settings.journal, write=False) as journal:
+        kinds = [e["kind"] for e in journal.events(run_id)]
+    assert kinds.count("plan_proposed") == 2
+    assert kinds.count("plan_refused") == 2
+    assert "replanned" not in kinds
+
+
+def test_a_step_of_unknown_effect_is_settled_before_a_repair(repair_project: Any) -> None:
+    from planrun import api
+    from planrun.errors import RunError
+
+    repair_project.write_plan("slow", """
+        planrun: 1
+        goal: Wait too long
+        steps:
+          - {id: first, tool: echo, arguments: {value: first}}
+          - {id: wait, tool: slow, depends_on: [first], timeout: 0.2,
+             arguments: {seconds: "5"}}
+    """)
+    settings = repair_project.settings()
+    outcome = api.execute(settings, "slow", ParamInput())
+    assert outcome.manifest["status"] == "failed"
+    run_id = outcome.manifest["run_id"]
+    with pytest.raises(RunError) as caught:
+        api.repair(settings, run_id, "python:repairplanners:slow_fix")
+    assert caught.value.code == "indeterminate"
+    assert "planrun resolve" in (caught.value.hint or "")
+    api.resolve(settings, run_id, "wait", succeeded=False, output=None, reason="checked")
+    done = api.repair(settings, run_id, "python:repairplanners:slow_fix")
+    assert done.manifest["status"] == "completed"
+    assert _effects(repair_project) == {"first": 1, "wait": 1}

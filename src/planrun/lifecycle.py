@@ -63,9 +63,15 @@ def run_param_input(row: RunRecord, data: Any, given: ParamInput | None,
             for (exit 2).
     """
     values, secret = journaled_params(row, data)
+    given = given or ParamInput()
     if declared is not None:
         values = {k: v for k, v in values.items() if k in declared}
-    given = given or ParamInput()
+        # the run's secrets are asked for again; a revision that no longer declares one
+        # does not refuse the value it was given (param_unknown)
+        gone = secret - declared
+        given = ParamInput(cli={k: v for k, v in given.cli.items() if k not in gone},
+                           file_values={k: v for k, v in given.file_values.items()
+                                        if k not in gone}, env=given.env)
     fixed = sorted((set(given.cli) | set(given.file_values)) & set(values))
     if fixed:
         raise UsageError(f"parameter {fixed[0]!r} keeps the value run {row.run_id} "

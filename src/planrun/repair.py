@@ -264,11 +264,15 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
             raise RunError(f"run {parent_id} is {row.status}; only a failed run is "
                            "repaired", code="run_not_resumable", hint=hint)
         context = run_context(journal, parent_id)
-        blocked: list[tuple[str, int | None]] = [
-            (r.step_id, None) for r in journal.steps(parent_id)
-            if r.status in ("indeterminate", "running")]
+        unknown = [r for r in journal.steps(parent_id)
+                   if r.status in ("indeterminate", "running")]
+    registry = load_registry(settings)
+    blocked: list[tuple[str, int | None]] = [
+        (r.step_id, None) for r in unknown if r.tool not in registry.tools
+        or not registry.tools[r.tool].entry.idempotent]
     if blocked:
-        # The planner would plan around a step whose effect nobody knows: settle it first.
+        # A step whose effect nobody knows and that cannot safely run again: a person
+        # settles it first (as for retry), before a planner plans around it.
         raise _indeterminate_error(parent_id, blocked, then="repair")
     old = redact.loaded_plan(row.plan)
     # A -p that the run already has a value for is a usage error before any round, and
@@ -277,7 +281,6 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
     _need_secrets(row, given)
     who = resolve_planner(settings, planner)
     rounds = max_rounds or who.max_rounds or DEFAULT_MAX_ROUNDS
-    registry = load_registry(settings)
     succeeded = list(context["succeeded"])
     _, secret = journaled_params(row, old)
     params = _RunParams(given, set(secret), run_params=dict(row.params))
