@@ -107,6 +107,7 @@ def complete_runs(ctx: Any, args: list[str], incomplete: str) -> list[str]:
 
         settings = _ctx_settings(args)
         wanted = {"resume": ("interrupted", "running"), "retry": ("failed",),
+                  "repair": ("failed",),
                   "resolve": ("interrupted", "running", "failed")}.get(
             getattr(getattr(ctx, "command", None), "name", ""))
         rows = api.runs(settings, limit=200)
