@@ -399,3 +399,43 @@ def test_a_step_of_unknown_effect_is_settled_before_a_repair(repair_project: Any
     done = api.repair(settings, run_id, "python:repairplanners:slow_fix")
     assert done.manifest["status"] == "completed"
     assert _effects(repair_project) == {"first": 1, "wait": 1}
+
+
+def test_nothing_is_written_when_the_run_is_busy_or_approve_names_no_step(
+        repair_project: Any) -> None:
+    from planrun import api
+    from planrun.errors import RunError, UsageError
+    from planrun.journal import Journal
+    from planrun.journal.store import lease_owner
+
+    settings, run_id = _failed_run(repair_project)
+    path = repair_project.plans / "report.yaml"
+    before = path.read_text()
+    given = ParamInput(cli={"token": "tok-SECRET-1"})
+    with pytest.raises(UsageError):
+        api.repair(settings, run_id, "python:repairplanners:fix", given=given,
+                   approve=["nosuchstep"])
+    assert path.read_text() == before
+    owner = lease_owner()  # this live process holds the failed run's lease
+    with Journal(settings.journal, write=True) as journal:
+        journal.take_lease(run_id, owner, statuses=("failed",))
+    with pytest.raises(RunError) as caught:
+        api.repair(settings, run_id, "python:repairplanners:fix", given=given)
+    assert caught.value.code == "run_busy"
+    assert path.read_text() == before
+    assert len(api.runs(settings)) == 1  # no child
+
+
+def test_a_plan_name_that_is_no_file_name_is_not_a_path(repair_project: Any) -> None:
+    from planrun import api
+
+    repair_project.write_plan("odd", FAILING.replace("planrun: 1", "planrun: 1\nname: ../odd"))
+    settings = repair_project.settings()
+    given = ParamInput(cli={"endpoint": "e", "token": "t"})
+    outcome = api.execute(settings, "odd", given)
+    assert outcome.manifest["plan"]["name"] == "../odd"
+    child = api.repair(settings, outcome.manifest["run_id"], "python:repairplanners:fix",
+                       given=ParamInput(cli={"token": "t"}))
+    assert child.manifest["status"] == "completed"
+    assert child.manifest["plan"]["file"] == "plans/odd.yaml"
+    assert not (repair_project.root / "odd.yaml").exists()

@@ -238,7 +238,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
     from pathlib import Path
 
     from . import redact
-    from .checking import journaled_path, load_registry
+    from .checking import check_approve, file_sha256, journaled_path, load_registry
     from .errors import RunError, UsageError
     from .journal import Journal
     from .journal.store import lease_owner
@@ -251,7 +251,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
         request_base,
         resolve_planner,
     )
-    from .planning import _existing, _previous, _write, render
+    from .planning import NAME_RE, _existing, _previous, _write, render, slug
     from .retry import start_child
 
     with Journal(settings.journal, write=True) as journal:
@@ -300,24 +300,25 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
     revision = max(row.revision, prev_rev or 0) + 1
     final = revised(accepted.data, row.plan_name, revision)
     plan = _checked(settings, row, final, given)
-    target = before or settings.plans_dir / f"{row.plan_name}.yaml"
-    text = render(final, target.suffix)
-    try:
-        _write(target, text)
-    except OSError as exc:
-        raise UsageError(f"cannot write the revised plan to {target}: "
-                         f"{exc.strerror or exc}") from None
+    check_approve(approve or [], plan)  # a usage error before anything is written
+    # A plan name that is no plain file name (a `name:` with '/' or '..') is not a path.
+    stem = row.plan_name if NAME_RE.fullmatch(row.plan_name) else slug(row.plan_name)
+    target = before or settings.plans_dir / f"{stem}.yaml"
     shown = journaled_path(Path(target), settings)
-    from .checking import file_sha256
-
     previous = None if before is None else {
         "file": journaled_path(before, settings), "revision": prev_rev,
         "content": params.secrets().conceal_text(prev_text or "")}
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal:
-        # The parent's lease is held for the whole child run (as retry does).
+        # The parent's lease is held for the whole child run (as retry does), and taken
+        # before the file is written: a second repair at once writes nothing.
         journal.take_lease(parent_id, owner, statuses=("failed",))
         try:
+            try:
+                _write(target, render(final, target.suffix))
+            except OSError as exc:
+                raise UsageError(f"cannot write the revised plan to {target}: "
+                                 f"{exc.strerror or exc}") from None
             return start_child(
                 journal, settings, row, plan, owner, approve=approve or [],
                 approve_all=approve_all, approver=approver, max_parallel=max_parallel,
