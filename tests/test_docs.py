@@ -65,6 +65,7 @@ def test_event_kinds_are_the_specs() -> None:
         "step_failed", "step_retried", "step_skipped", "step_replayed", "run_interrupted",
         "run_resumed", "run_finished", "indeterminate_resolved",
         "plan_proposed",  # SPEC §10: a planner's answer, one per round
+        "replanned",  # SPEC §10: a repair's revision became a child run
     }
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "read_plan_input", "render_graph", "resolve", "resume", "retry", "runs", "status", "unlock",
     "validate",
 ]
+__all__ += ["repair"]  # issue 13: planrun repair (planrun.repair)
 
 
 def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None,
@@ -467,6 +468,34 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
         settings, run_ref, given, approve=list(approve), approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
         progress=progress, from_step=from_step))
+
+
+def repair(settings: Settings, run_ref: str, planner: str, *,
+           max_rounds: int | None = None, given: ParamInput | None = None,
+           approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
+           max_parallel: int | None = None, keep_going: bool = False,
+           progress: Any = None) -> RunOutcome:
+    """Ask a planner to revise a failed run's plan; run the revision as a child (SPEC §10).
+
+    ``planner``: ``cmd:ARGV``, ``python:module:callable`` or a ``[planners.NAME]``.
+    See :func:`planrun.repair.repair` (what may change, the request's ``run``).
+
+    Returns:
+        The child run's outcome.
+
+    Raises:
+        RunError: ``unknown_run``, ``run_not_resumable`` (not failed), ``run_busy``,
+            ``indeterminate`` (exit 5).
+        Refused: ``replan_exhausted`` (exit 3), with the last round's report.
+        UsageError: ``-p`` gives a value the run has, ``--approve`` names no step (exit 2).
+        ApprovalError: a step to run was not cleared (exit 4).
+    """
+    from .repair import repair as replan
+
+    return _settled(lambda: replan(
+        settings, run_ref, planner, max_rounds=max_rounds, given=given,
+        approve=list(approve), approve_all=approve_all, approver=approver,
+        max_parallel=max_parallel, keep_going=keep_going, progress=progress))
 
 
 def explain(settings: Settings, ref: str | None, given: ParamInput | None = None

@@ -38,6 +38,8 @@ ISSUE_CODES: dict[str, str] = {
     "reference": "a run-time placeholder names a step that is not an ancestor, "
     "or `{item}` outside `for_each`",
     "refused": "the policy refuses this tool outright",
+    "repair_changes_succeeded": "a repair's revision changes or removes a step the failed "
+    "run completed",
     "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
     "planner": "a planner failed, timed out, or wrote something that is not a plan",
     "replan_exhausted": "no valid plan within `--max-rounds` rounds of a planner",

@@ -49,6 +49,43 @@ def journaled_params(row: RunRecord, data: Any) -> tuple[dict[str, Any], set[str
     return {k: reveal(v, {}) for k, v in journaled.items() if k not in secret}, secret
 
 
+def run_param_input(row: RunRecord, data: Any, given: ParamInput | None,
+                    declared: set[str] | None = None) -> ParamInput:
+    """The parameters to check ``data`` (the run's plan, or a repair's revision) with.
+
+    The journal is the truth: the run's journaled values are kept; only its secrets, which
+    were never written down, are given again (``-p``, ``--params-file``,
+    ``PLANRUN_PARAM_<NAME>``), and parameters it did not have may be given. ``declared``
+    (a repair's revision): only journaled values of the parameters it declares are kept.
+
+    Raises:
+        UsageError: ``-p``/``--params-file`` give a parameter the run already has a value
+            for (exit 2).
+    """
+    values, secret = journaled_params(row, data)
+    given = given or ParamInput()
+    if declared is not None:
+        values = {k: v for k, v in values.items() if k in declared}
+        # the run's secrets are asked for again; a revision that no longer declares one
+        # does not refuse the value it was given (param_unknown)
+        gone = secret - declared
+        given = ParamInput(cli={k: v for k, v in given.cli.items() if k not in gone},
+                           file_values={k: v for k, v in given.file_values.items()
+                                        if k not in gone}, env=given.env)
+    fixed = sorted((set(given.cli) | set(given.file_values)) & set(values))
+    if fixed:
+        raise UsageError(f"parameter {fixed[0]!r} keeps the value run {row.run_id} "
+                         f"started with ({json.dumps(values[fixed[0]])}); -p and "
+                         "--params-file give only secret parameters to resume and retry",
+                         hint="To run with other values, start a new run with planrun "
+                         "execute.")
+    return ParamInput(cli={k: v for k, v in given.cli.items() if k not in values},
+                      env={k: v for k, v in given.env.items() if k in secret or (
+                          declared is not None and k in declared and k not in values)},
+                      file_values={**values, **{k: v for k, v in given.file_values.items()
+                                                 if k not in values}})
+
+
 def journaled_plan(settings: Settings, row: RunRecord, given: ParamInput | None
                    ) -> tuple[PlanReport, CheckedPlan | None]:
     """The run's journaled plan, checked again against the current registry and policy.
@@ -74,21 +111,7 @@ def journaled_plan(settings: Settings, row: RunRecord, given: ParamInput | None
     data = redact.loaded_plan(row.plan)
     # the journal wrote it: no need to parse it again, only to give issues a text to point at
     doc = Document(data=data, file=shown, text=json.dumps(data, indent=2), kind="json")
-    values, secret = journaled_params(row, data)
-    given = given or ParamInput()
-    # The journal is the truth: a resumed run keeps the values it started with; only the
-    # secrets, which were never written down, are given again.
-    fixed = sorted((set(given.cli) | set(given.file_values)) & set(values))
-    if fixed:
-        raise UsageError(f"parameter {fixed[0]!r} keeps the value run {row.run_id} "
-                         f"started with ({json.dumps(values[fixed[0]])}); -p and "
-                         "--params-file give only secret parameters to resume and retry",
-                         hint="To run with other values, start a new run with planrun "
-                         "execute.")
-    merged = ParamInput(cli={k: v for k, v in given.cli.items() if k not in values},
-                        env={k: v for k, v in given.env.items() if k in secret},
-                        file_values={**values, **{k: v for k, v in given.file_values.items()
-                                                   if k not in values}})
+    merged = run_param_input(row, data, given)
     with no_gc():
         return check_plan(doc, registry, settings, merged, concrete=True,
                           name_hint=row.plan_name, known_digest=row.digest)

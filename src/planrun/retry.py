@@ -70,8 +70,41 @@ def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
                  keep_going: bool, progress: Any, from_step: str | None = None
                  ) -> RunOutcome:
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
-    parent_id = row.run_id
     plan = _replan(journal, settings, row, given)
+    again: set[str] = set()
+    if from_step is not None:
+        again = _from_and_after(plan, from_step)
+    return start_child(journal, settings, row, plan, owner, approve=approve,
+                       approve_all=approve_all, approver=approver,
+                       max_parallel=max_parallel, keep_going=keep_going, progress=progress,
+                       again=again, event_data={"plan": plan.name, "retry_of": row.run_id})
+
+
+def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: CheckedPlan,
+                owner: str, *, approve: list[str], approve_all: bool, approver: Any,
+                max_parallel: int | None, keep_going: bool, progress: Any,
+                again: set[str] | None = None, event_data: dict[str, Any],
+                document: Any = None, plan_file: str | None = None,
+                file_sha256: str | None = None,
+                replanned: dict[str, Any] | None = None) -> RunOutcome:
+    """Create and drive a child run of ``row`` running ``plan`` (retry and repair, SPEC §7, §10).
+
+    The parent's lease is held by ``owner``. The child (lineage: ``root_run_id`` of the
+    parent, ``parent_run_id`` = ``row``) inherits the parent's succeeded steps that
+    ``plan`` has, except those in ``again`` (their lineage keys are released so they run
+    afresh), and runs the rest. ``document``/``plan_file``/``file_sha256``: the plan as
+    journaled and its file (default: the parent's — a retry runs the parent's plan; a
+    repair passes its revision). ``replanned`` (a repair): the data of the ``replanned``
+    events journaled right after the child is created, on the child (with
+    ``parent_run_id``) and on the parent (with ``child_run_id``).
+
+    Raises:
+        UsageError: ``--approve`` names no step of ``plan`` (exit 2).
+        RunError: ``indeterminate``: the parent has a step of unknown effect whose tool is
+            not idempotent (exit 5).
+        ApprovalError: a step to run was not cleared (exit 4).
+    """
+    parent_id = row.run_id
     check_approve(approve, plan)
     parent_rows = journal.steps(parent_id)
     unknown: list[tuple[str, int | None]] = [
@@ -82,9 +115,8 @@ def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
         # A child run would call them again without anyone knowing whether the first call
         # had its effect: a person settles them first.
         raise _indeterminate_error(parent_id, unknown, then="retry")
-    again: set[str] = set()
-    if from_step is not None:
-        again = _from_and_after(plan, from_step)
+    again = again or set()
+    if again:
         journal.release_keys(row.root_run_id, sorted(again))
     inherited = [r.step_id for r in parent_rows if r.status == "succeeded"
                  and r.step_id in plan.by_id and r.step_id not in again]
@@ -93,24 +125,32 @@ def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
     parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
     journal.create_run(run=runner.new_run(
         plan, run_id=child, root_run_id=row.root_run_id, parent_run_id=parent_id,
-        owner=owner, document=row.plan, plan_file=row.plan_file, project=row.project,
+        owner=owner, document=row.plan if document is None else document,
+        plan_file=row.plan_file if document is None else plan_file, project=row.project,
         options={"max_parallel": parallel, "keep_going": keep_going,
-                 "file_sha256": options.get("file_sha256")},
-    ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
-        event_data={"plan": plan.name, "retry_of": parent_id})
+                 "file_sha256": options.get("file_sha256") if document is None
+                 else file_sha256},
+    ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps], event_data=event_data)
     journal.owner = owner
+    if replanned is not None:
+        journal.add_event(child, "replanned", data={"parent_run_id": parent_id, **replanned})
+        journal.add_event(parent_id, "replanned", data={"child_run_id": child, **replanned})
     with runner.internal_guard(journal, child):  # a bug ends the child run failed
         return _drive_child(journal, settings, row, plan, child, owner, inherited,
                             parent_rows, approve, approve_all, approver, int(parallel),
-                            keep_going, progress)
+                            keep_going, progress, note_changed=document is None)
 
 
 def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                  plan: CheckedPlan, child: str, owner: str, inherited: list[str],
                  parent_rows: list[StepRecord], approve: list[str], approve_all: bool,
-                 approver: Any, parallel: int, keep_going: bool, progress: Any
-                 ) -> RunOutcome:
-    """Clear and run the new child run ``child`` of the failed run ``row``."""
+                 approver: Any, parallel: int, keep_going: bool, progress: Any,
+                 note_changed: bool = True) -> RunOutcome:
+    """Clear and run the new child run ``child`` of the failed run ``row``.
+
+    ``note_changed``: note when the parent's plan file changed since (a retry runs the
+    journaled plan; a repair runs its own revision, so it says nothing).
+    """
     parent_id = row.run_id
     journal.copy_succeeded(parent_id, child, inherited)
     state = {sid: StepState("succeeded", r.output)
@@ -121,7 +161,7 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
     if requests:
         clearance.clear_approvals(journal, child, requests, set(approve), approve_all,
                                approver, on_deny="denied", plan=plan, policy=plan.policy)
-    note = changed_plan_note(settings, row)
+    note = changed_plan_note(settings, row) if note_changed else None
     outcome = runner.drive(journal, settings, plan, run_id=child,
                            root_run_id=row.root_run_id, owner=owner,
                            max_parallel=int(parallel), keep_going=keep_going, state=state,

@@ -109,6 +109,7 @@ def complete_runs(ctx: Any, args: list[str], incomplete: str) -> list[str]:
         settings = _ctx_settings(args)
         wanted = {"resume": ("interrupted", "running", "awaiting_approval"),
                   "retry": ("failed",),
+                  "repair": ("failed",),
                   "resolve": ("interrupted", "running", "failed"),
                   "approve": ("awaiting_approval",),
                   "deny": ("awaiting_approval",)}.get(

@@ -32,6 +32,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "run_finished", "indeterminate_resolved",
 )
 EVENT_KINDS += ("plan_proposed",)  # a planner's answer, one per round (SPEC §10)
+EVENT_KINDS += ("replanned",)  # a repair's revision became a child run (SPEC §10)
 STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indeterminate")
 RUN_STATUSES: tuple[str, ...] = ("running", "completed", "failed", "interrupted", "denied",
                                  "refused", "awaiting_approval")

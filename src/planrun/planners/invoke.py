@@ -173,10 +173,15 @@ def _call(planner: Planner, request: dict[str, Any], secrets: Secrets) -> Any:
     if not callable(func):
         raise PlannerFailed(f"the planner {planner.target!r} is not callable")
     box: dict[str, Any] = {}
+    # its own copy: a callable that edits its request (or goes on after its timeout)
+    # changes nothing planrun sends in a later round
+    import copy
+
+    mine = copy.deepcopy(request)
 
     def run() -> None:
         try:
-            box["value"] = func(request)
+            box["value"] = func(mine)
         except BaseException as exc:  # the planner's own failure, SystemExit too
             box["error"] = exc
 

@@ -156,7 +156,8 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
             name_hint: str = "plan",
             extra_check: Callable[[Any, Any], Iterable[Issue]] | None = None,
             session: Session | None = None, params: PlannerParams | None = None,
-            on_round: Callable[[int, PlanReport | None], None] | None = None) -> Accepted:
+            on_round: Callable[[int, PlanReport | None], None] | None = None,
+            given_for: Callable[[Any], Any] | None = None) -> Accepted:
     """Ask ``planner`` for a plan, at most ``max_rounds`` times, until one passes.
 
     Args:
@@ -170,11 +171,14 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
             were given (as ``validate``).
         name_hint: the plan's name when it has no ``name`` field.
         extra_check: ``extra_check(checked_plan, data)`` → more issues (errors refuse the
-            plan), e.g. repair's ``repair_changes_succeeded``.
+            plan), e.g. repair's ``repair_changes_succeeded``; also called with
+            ``checked_plan`` None for a mapping that failed validation.
         session: journals each round; None journals nothing.
         params: the request's ``params`` from given values (secrets as references);
             None keeps ``base["params"]``.
         on_round: called after each round with its report (None when accepted).
+        given_for: ``given_for(data)`` → the values to validate this answer with, instead
+            of ``given`` (repair: the run's values of the parameters the revision declares).
 
     Returns:
         The accepted plan.
@@ -218,10 +222,12 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
             if session is not None:
                 session.proposed(round_no, dig, shown)
             with no_gc():
-                last, checked = check_plan(doc, registry, settings, given, concrete=concrete,
+                last, checked = check_plan(doc, registry, settings, given if given_for is None
+                                           else given_for(data), concrete=concrete,
                                            name_hint=name_hint)
             last.file = OUTPUT_NAME
-            if checked is not None and extra_check is not None:
+            if extra_check is not None and (checked is not None or isinstance(data, dict)):
+                # also beside other issues (checked is None then): all sent back at once
                 last.issues.extend(extra_check(checked, data))
             if checked is not None and not any(i.severity == "error" for i in last.issues):
                 last.issues.extend(grant_warnings(checked, doc))
