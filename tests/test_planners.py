@@ -407,6 +407,23 @@ def test_a_secret_never_reaches_the_planner_or_the_journal(
     assert b"alice" in journal  # a plain value is journaled (the params of the session)
 
 
+def test_a_secret_a_proposal_declares_is_never_journaled(proj: Project) -> None:
+    # A new plan: nothing says `token` is secret until the planner's plan declares it.
+    answers(proj, SECRET_PLAN.replace('"{params.token}"', '"{params.token} tok-1234-val"'))
+    given = api.param_input(["user=alice", "token=tok-1234-val"])
+    done = plan(proj, given=given, concrete=True)
+    assert done.name == "login"
+    settings = proj.settings()
+    [row] = api.runs(settings)
+    events = json.dumps(run_events(proj, row["run_id"]))
+    assert "tok-1234-val" not in events
+    journal = Path(settings.journal).read_bytes()
+    for wal in Path(settings.journal).parent.glob("*.sqlite3-wal"):
+        journal += wal.read_bytes()
+    assert b"tok-1234-val" not in journal
+    assert b"alice" in journal
+
+
 def test_a_secret_in_a_report_is_masked_before_it_is_sent_back(
         proj: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     # The planner's plan makes the secret fail its schema: the report would quote it.
