@@ -481,3 +481,12 @@ def test_propose_with_an_extra_check_and_an_event_session(proj: Project) -> None
     assert second["previous"]["issues"][0]["code"] == "repair_changes_succeeded"
     kinds = [e["kind"] for e in run_events(proj, manifest["run_id"])]
     assert kinds[-3:] == ["plan_proposed", "plan_refused", "plan_proposed"]
+
+
+def test_propose_needs_at_least_one_round(proj: Project) -> None:
+    settings = proj.settings()
+    registry = api.load_registry(settings)
+    with pytest.raises(UsageError):
+        propose(settings, resolve_planner(settings, command()),
+                request_base(registry, goal="g"), max_rounds=0, registry=registry)
+    assert requests(proj) == []
