@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checking import (
     Loaded,
@@ -47,6 +47,9 @@ from .reading import (
     status,
 )
 from .validation import CheckedPlan, ParamInput
+
+if TYPE_CHECKING:
+    from .planning import Planned
 
 __all__ = [
     "DryRun", "Loaded", "Report", "RunOutcome", "approve", "check", "check_approve",
@@ -103,16 +106,26 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
     return report
 
 
-def plan(settings: Settings, goal: str, planner: str, **kwargs: Any) -> Any:
+def plan(settings: Settings, goal: str, planner: str, *, name: str | None = None,
+         max_rounds: int | None = None, given: ParamInput | None = None,
+         out: str | None = None, concrete: bool | None = None,
+         on_round: Callable[[int, Any], None] | None = None) -> Planned:
     """Ask a planner for a plan for ``goal`` and write it (``planrun plan``, SPEC §10).
 
-    See :func:`planrun.planning.plan` for the keyword arguments, the result
-    (:class:`~planrun.planning.Planned`) and the errors raised (``replan_exhausted``
-    exit 3, a malformed ``--planner`` exit 2, ``config`` exit 3).
+    ``planner``: ``cmd:ARGV``, ``python:module:callable`` or a ``[planners]`` name. The
+    arguments, the result and the rules for NAME and the revision are those of
+    :func:`planrun.planning.plan`.
+
+    Raises:
+        UsageError: a malformed ``--planner``, an empty goal, a bad NAME (exit 2).
+        Refused: ``replan_exhausted`` with the last report, or ``registry``/``config``
+            (exit 3).
+        JournalError: the journal is unusable (exit 6).
     """
     from .planning import plan as ask_planner
 
-    return ask_planner(settings, goal, planner, **kwargs)
+    return ask_planner(settings, goal, planner, name=name, max_rounds=max_rounds,
+                       given=given, out=out, concrete=concrete, on_round=on_round)
 
 
 def read_plan_input(stream: Any) -> bytes:

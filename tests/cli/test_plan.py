@@ -324,3 +324,13 @@ def test_a_signal_while_planning_kills_the_planner_and_closes_the_session(
         pytest.fail("the planner outlived planrun")
     _, rows = run_json(proj, "runs")
     assert [r["status"] for r in rows] == ["refused"]
+
+
+def test_execute_planner_dry_run_plans_but_runs_nothing(proj: Project) -> None:
+    answers(proj, GOOD)
+    result, out = run_json(proj, "execute", "--planner", PLANNER_ARG, "--goal", "g",
+                           "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert out["order"] == ["hello"]
+    assert (proj.plans / "greet.yaml").exists()
+    assert calls(proj) == []

@@ -25,18 +25,19 @@ from .records import dumps
 #: A connection of the backend (its driver's type).
 Conn = Any
 
+#: Event kinds (SPEC §7; ``plan_proposed`` and ``replanned`` from SPEC §10).
 EVENT_KINDS: tuple[str, ...] = (
-    "planned", "plan_refused", "approval_required", "approval_granted", "approval_denied",
-    "autonomy_escalated", "autonomy_refused", "step_started", "step_succeeded", "step_failed",
+    "planned", "plan_proposed", "plan_refused", "replanned", "approval_required",
+    "approval_granted", "approval_denied", "autonomy_escalated", "autonomy_refused", "step_started", "step_succeeded", "step_failed",
     "step_retried", "step_skipped", "step_replayed", "run_interrupted", "run_resumed",
     "run_finished", "indeterminate_resolved",
 )
-EVENT_KINDS += ("plan_proposed",)  # a planner's answer, one per round (SPEC §10)
-EVENT_KINDS += ("replanned",)  # a repair's revision became a child run (SPEC §10)
 STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indeterminate")
-RUN_STATUSES: tuple[str, ...] = ("running", "completed", "failed", "interrupted", "denied",
-                                 "refused", "awaiting_approval")
-RUN_STATUSES += ("planning", "planned")  # planning sessions (SPEC §10)
+#: Run statuses (SPEC §7; ``planning``, ``planned`` and ``awaiting_approval`` from SPEC §10).
+RUN_STATUSES: tuple[str, ...] = (
+    "running", "completed", "failed", "interrupted", "denied", "refused",
+    "awaiting_approval", "planning", "planned",
+)
 #: Shortest run-id prefix accepted (SPEC §8).
 MIN_PREFIX = 4
 #: Seconds a lease lasts without renewal; a running process renews it every third of this.

@@ -129,8 +129,8 @@ def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) ->
             raise
         _kill_group(proc.pid)  # what it left behind
         if code != 0:
-            fout.seek(0)
-            ferr.seek(0)
+            size = ferr.seek(0, os.SEEK_END)
+            ferr.seek(max(0, size - 4 * STDERR_TAIL_CHARS))  # the tail only, however much
             err = _tail(ferr.read(), secrets)
             what = (f"was killed by signal {-code}" if code < 0
                     else f"exited with status {code}")
