@@ -221,6 +221,7 @@ def test_lists_only_allowed_tools_and_no_tool_can_clear_a_step(agent_project: Pa
     for tool in listed.tools:
         fields = set(tool.input_schema.get("properties", {}))
         assert not [f for f in fields if "approv" in f or "grant" in f], (tool.name, fields)
+        assert tool.input_schema["additionalProperties"] is False, tool.name
     assert not catalog.is_error
     allowed = [t["name"] for t in catalog.structured_content["tools"]]
     assert sorted(allowed) == ["echo", "hold", "shout", "wipe"]  # launch is registered, not allowed
