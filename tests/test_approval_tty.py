@@ -412,3 +412,120 @@ def test_approve_flag_clears_without_a_terminal(proj: Project) -> None:
     [decision] = approvals(proj, last_run(proj)["run_id"])
     assert (decision["granted"], decision["method"], decision["decided_by"]) == (
         1, "flag", getpass.getuser())
+
+
+# --- waiting for a person (SPEC §10): execute --defer-approval, then approve on a terminal ---
+
+
+def offline(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
+    """``planrun ARGS`` without a terminal (stdin is /dev/null), as cron runs it."""
+    return subprocess.run([sys.executable, "-m", "planrun", *args, "-C", str(project.root)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def deferred(project: Project, plan: str = "two") -> str:
+    """``execute PLAN --defer-approval`` off a terminal: the run id of the waiting run."""
+    proc = offline(project, "execute", plan, "--defer-approval", "--json")
+    assert proc.returncode == 4, proc.stderr
+    run_id = str(json.loads(proc.stdout)["run_id"])
+    assert last_run(project)["status"] == "awaiting_approval"
+    return run_id
+
+
+def test_defer_approval_on_a_terminal_does_not_ask(proj: Project) -> None:
+    """Deferring is the point: the person decides later with planrun approve."""
+    child = spawn(proj, "execute", "two", "--defer-approval")
+    status, rest = finish(child)
+    assert status == 4
+    assert "[y/N]" not in rest
+    assert "planrun approve" in rest
+    assert calls(proj) == []
+    assert last_run(proj)["status"] == "awaiting_approval"
+
+
+def test_approve_on_a_terminal_asks_each_step_then_resume_runs_without_asking(
+        proj: Project) -> None:
+    run_id = deferred(proj)
+    child = spawn(proj, "approve", run_id)
+    child.expect(PROMPT_DROP)
+    shown = child.before or ""
+    for text in ("drop", "delete_thing", '"name": "drop"', "purge", "wipe"):
+        assert text in shown, shown
+    assert "prepare" not in shown.split("Steps that need")[-1]
+    child.sendline("y")
+    child.expect(PROMPT_PURGE)
+    child.sendline("yes")
+    status, rest = finish(child)
+    assert status == 0, rest
+    assert f"planrun resume {run_id}" in rest
+    assert calls(proj) == []  # approving runs nothing
+    decisions = approvals(proj, run_id)
+    assert [(d["step_id"], d["granted"], d["method"], d["decided_by"]) for d in decisions] == [
+        ("drop", 1, "prompt", getpass.getuser()), ("purge", 1, "prompt", getpass.getuser())]
+    assert decisions[0]["digest"] == digest_of({"name": "drop"})
+    proc = offline(proj, "resume", run_id, "--json")  # no terminal: nothing left to ask
+    assert proc.returncode == 0, proc.stderr
+    assert calls(proj) == ["prepare", "drop", "purge"]
+
+
+def test_approve_on_a_terminal_n_denies_the_run(proj: Project) -> None:
+    run_id = deferred(proj)
+    child = spawn(proj, "approve", run_id, "--reason", "checked the backups")
+    child.expect(PROMPT_DROP)
+    child.sendline("y")
+    child.expect(PROMPT_PURGE)
+    child.sendline("N")
+    status, rest = finish(child)
+    assert status == 4
+    assert "approval_denied" in rest
+    assert "Traceback" not in rest
+    assert last_run(proj)["status"] == "denied"
+    decisions = approvals(proj, run_id)
+    assert [(d["step_id"], d["granted"], d["method"]) for d in decisions] == [
+        ("drop", 1, "prompt"), ("purge", 0, "prompt")]
+    assert decisions[0]["reason"] == "checked the backups"
+    assert decisions[1]["reason"] == "answered no"
+    assert offline(proj, "resume", run_id).returncode == 5
+    assert calls(proj) == []
+
+
+def test_approve_on_a_terminal_ctrl_d_is_a_denial(proj: Project) -> None:
+    run_id = deferred(proj)
+    child = spawn(proj, "approve", run_id)
+    child.expect(PROMPT_DROP)
+    child.sendeof()
+    status, rest = finish(child)
+    assert status == 4
+    assert "Traceback" not in rest
+    assert last_run(proj)["status"] == "denied"
+    [decision] = approvals(proj, run_id)
+    assert (decision["step_id"], decision["granted"], decision["reason"]) == ("drop", 0, "eof")
+    assert calls(proj) == []
+
+
+def test_approve_resume_on_a_terminal_runs_at_once(proj: Project) -> None:
+    run_id = deferred(proj)
+    child = spawn(proj, "approve", run_id, "--resume")
+    child.expect(PROMPT_DROP)
+    child.sendline("y")
+    child.expect(PROMPT_PURGE)
+    child.sendline("y")
+    status, rest = finish(child)
+    assert status == 0, rest
+    assert "completed" in rest
+    assert calls(proj) == ["prepare", "drop", "purge"]
+    assert last_run(proj)["run_id"] == run_id
+
+
+def test_resume_on_a_terminal_asks_only_for_what_approve_left(proj: Project) -> None:
+    run_id = deferred(proj)
+    proc = offline(proj, "approve", run_id, "drop")
+    assert proc.returncode == 0, proc.stderr
+    child = spawn(proj, "resume", run_id)
+    child.expect(PROMPT_PURGE)
+    assert "Approve drop" not in (child.before or "")
+    child.sendline("y")
+    status, rest = finish(child)
+    assert status == 0, rest
+    assert calls(proj) == ["prepare", "drop", "purge"]

@@ -8,7 +8,7 @@ match on (SPEC §4 for plan problems, §7 for run problems)::
     ├── Refused                      exit 3  (report code)  plan/registry/config refused
     ├── ApprovalError                exit 4  approval_required | approval_denied
     ├── RunError                     exit 5  unknown_run | run_busy | run_not_resumable |
-    │                                        indeterminate
+    │                                        indeterminate | not_awaiting_approval
     ├── JournalError                 exit 6  journal        cannot open/write, corrupt, newer
     └── InternalError                exit 1  internal       a bug in planrun ended the run
 
@@ -39,7 +39,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_RUN_FAILED: "the run finished with failed steps",
     EXIT_USAGE: "command-line usage error",
     EXIT_REFUSED: "plan, registry or configuration refused (validation report printed)",
-    EXIT_APPROVAL: "approval denied or required but not available",
+    EXIT_APPROVAL: "approval denied or required but not available (also: a run left "
+    "`awaiting_approval`)",
     EXIT_RUN: "run cannot proceed: `unknown_run`, `run_busy`, `run_not_resumable`, "
     "`indeterminate`",
     EXIT_JOURNAL: "journal unusable (cannot open/write, corrupt, newer schema)",
@@ -65,6 +66,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
                       "idempotent: settle it with planrun resolve"),
     "not_indeterminate": (EXIT_RUN, "resolve was given a step whose outcome is known"),
     "no_output": (EXIT_RUN, "the step did not succeed, so it has no output"),
+    "not_awaiting_approval": (EXIT_RUN, "approve or deny was given a run that is not "
+                              "`awaiting_approval`"),
     "journal": (EXIT_JOURNAL, "the journal cannot be opened, read or written, is corrupt, "
                 "or is newer than this planrun"),
     "internal": (EXIT_RUN_FAILED, "an unexpected error in planrun (a bug) ended the run "
