@@ -221,6 +221,7 @@ def test_lists_only_allowed_tools_and_no_tool_can_clear_a_step(agent_project: Pa
     for tool in listed.tools:
         fields = set(tool.input_schema.get("properties", {}))
         assert not [f for f in fields if "approv" in f or "grant" in f], (tool.name, fields)
+        assert tool.input_schema["additionalProperties"] is False, tool.name
     assert not catalog.is_error
     allowed = [t["name"] for t in catalog.structured_content["tools"]]
     assert sorted(allowed) == ["echo", "hold", "shout", "wipe"]  # launch is registered, not allowed
@@ -448,6 +449,59 @@ def test_bad_arguments_are_tool_errors_without_a_traceback(agent_project: Path) 
     assert results[4].structured_content["ok"] is False
     assert results[5].structured_content["ok"] is False  # a big text: a report, as any
     assert "Traceback" not in _server_err(agent_project)
+
+
+def test_stdout_carries_only_protocol_messages_and_the_server_exits_with_its_client(
+        agent_project: Path) -> None:
+    # The raw wire, no SDK client: every line on the server's stdout is a JSON-RPC message
+    # while a tool prints on every channel it can, and the server exits by itself (status
+    # 0, no thread left waiting) once its client closes stdin.
+    import subprocess
+    import threading
+
+    from mcp.client.session import LATEST_HANDSHAKE_VERSION
+
+    journal = agent_project.parent / "journal.sqlite3"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planrun", "mcp", "-C", str(agent_project), "--journal",
+         str(journal)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=agent_project.parent)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        for message in (
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "execute_plan", "arguments": {"plan": "hello"}}}):
+            proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+        lines = []
+        while True:
+            line = proc.stdout.readline()
+            assert line, "the server closed stdout before answering"
+            lines.append(line)
+            if json.loads(line).get("id") == 2:
+                break
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        err = proc.stderr.read() if proc.stderr else ""
+        code = proc.wait()
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    messages = [json.loads(line) for line in [*lines, *rest.splitlines()] if line.strip()]
+    assert all(m.get("jsonrpc") == "2.0" for m in messages), messages
+    answer = next(m for m in messages if m.get("id") == 2)
+    assert answer["result"]["structuredContent"]["status"] == "completed", answer
+    assert code == 0, err
+    assert "SHOUT" in err
+    assert "not json-rpc at all" in err
+    assert "Traceback" not in err
 
 
 def test_missing_extra_is_one_message(tmp_path: Path) -> None:

@@ -35,15 +35,21 @@ def waiting(journal: Journal, run_id: str) -> list[ApprovalRequest]:
 
     A step waits when its latest ``approval_required`` event (step, tool, digest, reason,
     intent, arguments) has no granted decision with the same digest, and the step has not
-    run (status ``pending``).
+    run (status ``pending``). A person's decision counts whenever it was made (``resume``
+    reuses it); a grant's only when made after that event, since grants are checked again
+    at each resume (one expired since clears nothing).
     """
     latest: dict[str, dict[str, Any]] = {}
+    asked_at: dict[str, str] = {}
     for e in journal.event_records(run_id):
         if e.kind == "approval_required" and e.step and isinstance(e.data, dict):
             latest[e.step] = e.data
+            asked_at[e.step] = e.ts
     if not latest:
         return []
-    granted = {(a.step_id, a.digest) for a in journal.approval_records(run_id) if a.granted}
+    granted = {(a.step_id, a.digest) for a in journal.approval_records(run_id)
+               if a.granted and (a.method != "grant"
+                                 or a.decided_at >= asked_at.get(a.step_id, ""))}
     out = []
     for row in journal.steps(run_id):
         data = latest.get(row.step_id)

@@ -278,7 +278,9 @@ def _resumable_run(journal: Journal, ref: str | None) -> RunRecord:
         run_id = journal.latest_resumable()
         if run_id is None:
             raise RunError("there is no interrupted or running run to resume",
-                           code="run_not_resumable", hint="List runs with `planrun runs`.")
+                           code="run_not_resumable", hint="List runs with `planrun runs`; "
+                           "a run awaiting approval is resumed only by name (planrun "
+                           "resume RUN), after planrun approve RUN.")
     else:
         run_id = journal.resolve_run_id(ref)
     row = journal.run(run_id)
@@ -288,7 +290,8 @@ def _resumable_run(journal: Journal, ref: str | None) -> RunRecord:
         hint = (f"Start a child run that re-runs the failed steps: planrun retry {run_id}"
                 if row.status == "failed" else "Start a new run with planrun execute.")
         raise RunError(f"run {run_id} is {row.status}; only an interrupted or running "
-                       "run can be resumed", code="run_not_resumable", hint=hint)
+                       "run (or one awaiting approval) can be resumed",
+                       code="run_not_resumable", hint=hint)
     return row
 
 

@@ -487,7 +487,18 @@ class StrictArguments:
         self.accepted = accepted
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
-        """Refuse the call (a tool result, ``isError`` true) or pass it on."""
+        """Refuse the call (a tool result, ``isError`` true) or pass it on.
+
+        ``tools/list`` says so too: each input schema has ``additionalProperties: false``.
+        """
+        if ctx.method == "tools/list":
+            listed = await call_next(ctx)  # the wire form: {"tools": [{"inputSchema"…}]}
+            tools = listed.get("tools") if isinstance(listed, dict) else None
+            for tool in tools if isinstance(tools, list) else []:
+                schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+                if tool.get("name") in self.accepted and isinstance(schema, dict):
+                    schema.setdefault("additionalProperties", False)
+            return listed
         params = ctx.params if ctx.method == "tools/call" else None
         if isinstance(params, dict):
             known = self.accepted.get(str(params.get("name")))

@@ -46,6 +46,8 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
         allowed = ("failed", "completed") if from_step else ("failed",)
         if row.status not in allowed:
             hint = (f"Use planrun resume {parent_id}." if row.status in RESUMABLE
+                    else f"It waits for a person: planrun approve {parent_id}, then "
+                    f"planrun resume {parent_id}." if row.status == "awaiting_approval"
                     else f"Re-run steps with planrun retry {parent_id} --from STEP, or "
                     "start a new run with planrun execute." if row.status == "completed"
                     else "Start a new run with planrun execute.")

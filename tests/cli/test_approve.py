@@ -200,6 +200,25 @@ def test_a_grant_clears_what_it_covers_and_only_the_rest_waits(proj: CliProject)
     assert proj.counts() == {"prep": 1, "drop": 1, "purge": 1}
 
 
+def test_a_grant_removed_before_resume_leaves_its_step_waiting(proj: CliProject) -> None:
+    expires = (datetime.now(UTC) + timedelta(days=1)).isoformat(timespec="seconds")
+    proj.write("planrun.toml", f"""
+        [[policy.grants]]
+        id = "nightly-wipe"
+        tool = "wipe"
+        expires = "{expires}"
+        granted_by = "ops@example.com"
+        """)
+    run_id = defer(proj)["run_id"]
+    assert proj.run("approve", run_id, "drop").returncode == 0
+    proj.write("planrun.toml", "")  # the grant is gone: it clears nothing any more
+    r = proj.run("resume", run_id, "--defer-approval", "--json")
+    assert r.returncode == 4, r
+    assert waiting(r.json) == ["purge"]
+    assert waiting(status(proj, run_id)) == ["purge"]
+    assert proj.calls() == []
+
+
 def test_defer_with_nothing_to_clear_just_runs(proj: CliProject) -> None:
     r = proj.run("execute", "safe", "--defer-approval", "--json")
     assert r.returncode == 0, r
