@@ -407,6 +407,23 @@ def test_a_secret_never_reaches_the_planner_or_the_journal(
     assert b"alice" in journal  # a plain value is journaled (the params of the session)
 
 
+def test_a_secret_a_proposal_declares_is_never_journaled(proj: Project) -> None:
+    # A new plan: nothing says `token` is secret until the planner's plan declares it.
+    answers(proj, SECRET_PLAN.replace('"{params.token}"', '"{params.token} tok-1234-val"'))
+    given = api.param_input(["user=alice", "token=tok-1234-val"])
+    done = plan(proj, given=given, concrete=True)
+    assert done.name == "login"
+    settings = proj.settings()
+    [row] = api.runs(settings)
+    events = json.dumps(run_events(proj, row["run_id"]))
+    assert "tok-1234-val" not in events
+    journal = Path(settings.journal).read_bytes()
+    for wal in Path(settings.journal).parent.glob("*.sqlite3-wal"):
+        journal += wal.read_bytes()
+    assert b"tok-1234-val" not in journal
+    assert b"alice" in journal
+
+
 def test_a_secret_in_a_report_is_masked_before_it_is_sent_back(
         proj: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     # The planner's plan makes the secret fail its schema: the report would quote it.
@@ -464,3 +481,12 @@ def test_propose_with_an_extra_check_and_an_event_session(proj: Project) -> None
     assert second["previous"]["issues"][0]["code"] == "repair_changes_succeeded"
     kinds = [e["kind"] for e in run_events(proj, manifest["run_id"])]
     assert kinds[-3:] == ["plan_proposed", "plan_refused", "plan_proposed"]
+
+
+def test_propose_needs_at_least_one_round(proj: Project) -> None:
+    settings = proj.settings()
+    registry = api.load_registry(settings)
+    with pytest.raises(UsageError):
+        propose(settings, resolve_planner(settings, command()),
+                request_base(registry, goal="g"), max_rounds=0, registry=registry)
+    assert requests(proj) == []

@@ -210,11 +210,13 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
             approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
             max_parallel: int | None = None, keep_going: bool = False,
             dry_run: bool = False, progress: Any = None,
-            dispatcher: Any = None) -> RunOutcome | DryRun:
+            dispatcher: Any = None, planned_by: str | None = None) -> RunOutcome | DryRun:
     """Load, check, journal, clear and run one plan (SPEC §5).
 
     ``dispatcher`` (a :class:`planrun.dispatch.Dispatcher`) makes the calls; default:
-    the local one (threads and child processes of this process).
+    the local one (threads and child processes of this process). ``planned_by``: the
+    planning session that wrote the plan (``execute --planner``), named in the run's
+    ``planned`` event as ``planning_run``.
 
     Returns:
         The run's outcome (``dry_run``: a :class:`DryRun`, nothing journaled or run); a
@@ -244,13 +246,13 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
         return DryRun(plan=plan, order=plan.order(), approvals=requests)
     return _settled(lambda: _start(settings, loaded, plan, requests, approve, approve_all,
                                    approver, max_parallel, keep_going, progress,
-                                   dispatcher))
+                                   dispatcher, planned_by))
 
 
 def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list[Any],
            approve: Sequence[str], approve_all: bool, approver: Any,
            max_parallel: int | None, keep_going: bool, progress: Any,
-           dispatcher: Any = None) -> RunOutcome:
+           dispatcher: Any = None, planned_by: str | None = None) -> RunOutcome:
     """Journal the checked plan as a new run, clear its approvals, drive it."""
     from . import clearance, runner
     from .journal import Journal
@@ -266,7 +268,8 @@ def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list
             options={"max_parallel": parallel, "keep_going": keep_going,
                      "file_sha256": file_sha256(loaded.path, plan)},
         ), steps=[(s.id, s.index, s.tool.name) for s in plan.steps],
-            event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest})
+            event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest,
+                        **({"planning_run": planned_by} if planned_by else {})})
         journal.owner = owner
         journal.fresh_keys = True
         with runner.internal_guard(journal, run_id):

@@ -237,14 +237,20 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     before = _existing(settings, name, out)
     prev_data, prev_text, prev_rev = _previous(before)
     params = PlannerParams(given, _secret_names(prev_data))
+    # Only names until the session ends: whether a value is secret may be learned from a
+    # proposal (a secret's value never lands in the journal, not even before it is known).
     session = JournalSession(settings, goal=goal, name=name or slug(goal), planner=who.label,
-                             mode="plan", params=params.request(), max_rounds=rounds)
+                             mode="plan", params={n: redact.reference(n)
+                                                  for n in params.request()},
+                             max_rounds=rounds)
     base = request_base(registry, goal=goal, mode="plan")
     try:
+        session.start()
         accepted = propose(settings, who, base, max_rounds=rounds, registry=registry,
                            given=given, concrete=concrete, name_hint=name or slug(goal),
                            session=session, params=params, on_round=on_round)
     except Refused as exc:
+        session.params = params.request()  # secrets a proposal declared are references now
         report = exc.report.to_json() if exc.report is not None else {}
         session.fail({"code": exc.code, "rounds": rounds, **report})
         exc.message = (f"no valid plan in {rounds} round(s); the last report is above. "
@@ -253,9 +259,11 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     except BaseException as exc:  # Ctrl-C, a journal error: the session does not stay open
         if session.run_id is not None:
             with _suppress_all():
-                session.fail({"code": getattr(exc, "code", "interrupted"),
-                              "message": type(exc).__name__})
+                code = ("interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit)
+                        else getattr(exc, "code", "internal"))
+                session.fail({"code": code, "message": type(exc).__name__})
         raise
+    session.params = params.request()
     data = accepted.data
     own = data.get("name")
     final_name = name or (own if isinstance(own, str) and NAME_RE.fullmatch(own)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import maintenance, plans, read, repair, run
+from . import maintenance, planning, plans, read, repair, run
 from .options import Shell
 
 app = typer.Typer(
@@ -69,7 +69,7 @@ def completion(
 # The commands, in the order `planrun --help` lists them.
 _FIRST: tuple[Callable[..., None], ...] = (
     plans.validate, run.execute, run.resume, run.resolve, run.retry, maintenance.unlock,
-    plans.show, plans.graph, plans.tools, plans.schema, plans.init)
+    plans.show, plans.graph, plans.tools, plans.schema, plans.init, planning.plan)
 _THEN: tuple[Callable[..., None], ...] = (
     read.status, read.runs, read.log, read.output, plans.plans)
 for _command in _FIRST:

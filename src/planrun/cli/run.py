@@ -7,7 +7,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from .completion import complete_run_steps, complete_runs
+from .completion import complete_plans, complete_run_steps, complete_runs
 from .guard import fail, guard, leave, settings_of
 from .options import (
     ApprovalTimeoutOpt,
@@ -20,17 +20,24 @@ from .options import (
     NoColorOpt,
     ParamOpt,
     ParamsFileOpt,
-    PlanArg,
     ProjectOpt,
     QuietOpt,
     RunArg,
     VerboseOpt,
     text,
 )
+from .planning import MaxRoundsOpt, PlannerOpt
 
 
 def execute(
-    plan: PlanArg,
+    plan: Annotated[str | None, typer.Argument(
+        help="Plan name (in the plans folder) or file path; none with --planner/--goal.",
+        autocompletion=complete_plans)] = None,
+    planner: PlannerOpt = None,
+    goal: Annotated[str | None, typer.Option(
+        "--goal", help="With --planner: plan this goal first, then run the plan.",
+        callback=text)] = None,
+    max_rounds: MaxRoundsOpt = None,
     param: ParamOpt = None,
     params_file: ParamsFileOpt = None,
     approve: ApproveOpt = None,
@@ -53,12 +60,16 @@ def execute(
     """Run a plan: validate, journal, clear approvals, run steps in dependency order."""
     from .. import api, ui
 
+    plan, planned_by = _planned(plan, planner, goal, max_rounds, project=project,
+                                journal=journal, param=param, params_file=params_file,
+                                quiet=quiet, verbose=verbose, as_json=as_json)
     result = _drive(lambda settings, given, approver, progress: api.execute(
         settings, plan, given, approve=approve or [], approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        dry_run=dry_run, progress=progress), project=project, journal=journal, param=param,
-        params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
-        no_color=no_color, verbose=verbose, as_json=as_json)
+        dry_run=dry_run, progress=progress, planned_by=planned_by), project=project,
+        journal=journal, param=param, params_file=params_file,
+        approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
+        as_json=as_json)
     if isinstance(result, api.DryRun):
         for issue in api.grant_warnings(result.plan):
             ui.err(ui.issue_line(issue))
@@ -68,6 +79,41 @@ def execute(
             ui.print_dry_run(result)
         raise typer.Exit(0)
     _finish(result, as_json, no_color)
+
+
+def _planned(plan: str | None, planner: str | None, goal: str | None,
+             max_rounds: int | None, *, project: str | None, journal: str | None,
+             param: list[str] | None, params_file: str | None, quiet: bool, verbose: bool,
+             as_json: bool) -> tuple[str, str | None]:
+    """The plan to execute and its planning session (None without ``--planner``).
+
+    ``plan``, or (``--planner``/``--goal``) the one planned now.
+
+    The planned plan is written like ``planrun plan`` writes it, validated with the
+    parameters given (concrete), and then run exactly as ``execute NAME`` would.
+    """
+    from .. import api
+    from ..errors import UsageError
+    from .planning import report_planned, round_note
+
+    if planner is None and goal is None:
+        if plan is None:
+            fail(UsageError("execute needs a plan name, or --planner and --goal",
+                            hint="planrun execute PLAN, or planrun execute --planner P "
+                            "--goal TEXT"), verbose)
+        return plan, None
+    if plan is not None:
+        fail(UsageError(f"give a plan name ({plan!r}) or --planner/--goal, not both"), verbose)
+    if planner is None or goal is None:
+        fail(UsageError("--planner and --goal go together: the planner plans the goal"),
+             verbose)
+    settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    given = guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
+    done = guard(lambda: api.plan(settings, goal, planner, max_rounds=max_rounds,
+                                  given=given, concrete=True,
+                                  on_round=None if quiet else round_note), verbose, as_json)
+    report_planned(done, as_json=False, quiet=quiet, show=False)
+    return str(done.name), done.run_id
 
 
 def _drive(call: Callable[[Any, Any, Any, Any], Any], *, project: str | None,

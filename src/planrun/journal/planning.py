@@ -18,23 +18,21 @@ from .records import NewRun, dumps
 class PlanningMixin(JournalBase):
     """The journal's planning sessions: a part of :class:`planrun.journal.Journal`."""
 
-    def begin_planning(self, run: NewRun, data: Any = None) -> None:
-        """Journal a new planning session (status ``planning``), no event yet.
-
-        ``data`` goes into a ``plan_proposed``-free start: nothing is written but the run.
-        """
+    def begin_planning(self, run: NewRun) -> None:
+        """Journal a new planning session (status ``planning``), no event yet."""
         with self._write() as c:
             self._insert_run(c, run)  # type: ignore[attr-defined]
 
     def end_planning(self, run_id: str, *, status: str, event: str | None = None,
                      data: Any = None, plan: Any = None, digest: str | None = None,
                      plan_name: str | None = None, revision: int | None = None,
-                     plan_file: str | None = None, report: Any = None) -> None:
+                     plan_file: str | None = None, report: Any = None,
+                     params: dict[str, Any] | None = None) -> None:
         """End a planning session: ``status`` ``planned`` or ``refused``, in one transaction.
 
         Writes the accepted ``plan`` (stored form), its ``digest``, name, revision and
-        file when given, the last ``report``, the ``event`` (``planned``) with ``data``,
-        and ``run_finished``.
+        file when given, the last ``report``, the ``params`` as finally known (reference
+        form), the ``event`` (``planned``) with ``data``, and ``run_finished``.
         """
         ts = now()
         sets = ["status = ?", "finished_at = ?"]
@@ -42,7 +40,8 @@ class PlanningMixin(JournalBase):
         for column, value in (("plan_json", None if plan is None else dumps(plan)),
                               ("digest", digest), ("plan_name", plan_name),
                               ("revision", revision), ("plan_file", plan_file),
-                              ("report_json", None if report is None else dumps(report))):
+                              ("report_json", None if report is None else dumps(report)),
+                              ("params_json", None if params is None else dumps(params))):
             if value is not None:
                 sets.append(f"{column} = ?")
                 args.append(value)

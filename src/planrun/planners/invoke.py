@@ -79,6 +79,27 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def _terminate_raises() -> Any:
+    """While a planner command runs, SIGTERM ends planrun through Python (exit 143).
+
+    Without it, planrun would die at once and leave the planner (in its own process
+    group) running; with it, the group is killed on the way out. Main thread only.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(143)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) -> bytes:
     from ..tools import PARAM_ENV_PREFIX
 
@@ -95,7 +116,8 @@ def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) ->
             raise PlannerFailed(f"cannot start the planner {argv[0]!r}: "
                                 f"{exc.strerror or exc}") from None
         try:
-            code = proc.wait(planner.timeout)
+            with _terminate_raises():
+                code = proc.wait(planner.timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             proc.wait()
@@ -158,17 +180,19 @@ def _call(planner: Planner, request: dict[str, Any], secrets: Secrets) -> Any:
     mine = copy.deepcopy(request)
 
     def run() -> None:
-        from ..streams import stdout_to_stderr
-
         try:
-            with stdout_to_stderr():
-                box["value"] = func(mine)
+            box["value"] = func(mine)
         except BaseException as exc:  # the planner's own failure, SystemExit too
             box["error"] = exc
 
-    worker = threading.Thread(target=run, name="planrun-planner", daemon=True)
-    worker.start()
-    worker.join(planner.timeout)
+    from ..streams import stdout_to_stderr
+
+    # What the callable prints goes to stderr (stdout is for the plan). The redirection is
+    # undone here, in this thread, also when the callable is abandoned at its timeout.
+    with stdout_to_stderr():
+        worker = threading.Thread(target=run, name="planrun-planner", daemon=True)
+        worker.start()
+        worker.join(planner.timeout)
     if worker.is_alive():
         raise PlannerFailed(f"the planner ran past its timeout of {planner.timeout:g} s "
                             "(abandoned)")

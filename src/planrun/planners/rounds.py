@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import Refused
+from ..errors import Refused, UsageError
 from ..issues import Issue, PlanReport, Report
 from ..redact import Secrets
 from .spec import Planner
@@ -186,6 +186,7 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
     Raises:
         Refused: code ``replan_exhausted`` (exit 3) past the bound; ``report`` is the last
             round's report, ``details`` ``{"rounds": N}``.
+        UsageError: ``max_rounds`` below 1 (exit 2).
     """
     from ..canonical import digest
     from ..checking import grant_warnings, no_gc
@@ -193,6 +194,8 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
     from ..validation import check_plan
     from .invoke import OUTPUT_NAME, PlannerFailed, ask
 
+    if max_rounds < 1:
+        raise UsageError(f"max_rounds must be at least 1, not {max_rounds}")
     previous: dict[str, Any] | None = None
     last = PlanReport(file=OUTPUT_NAME)
     sent = 0

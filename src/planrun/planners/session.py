@@ -49,7 +49,8 @@ class JournalSession(EventSession):
         name: the plan name known so far (``--name``, or a slug of the goal).
         planner: the planner's label (the ``--planner`` value).
         mode: ``plan`` (or ``repair``).
-        params: the parameters as the planner sees them (reference form).
+        params: the parameters as the planner sees them (reference form); set it again
+            before the session ends when more secrets became known (journaled at the end).
         max_rounds: the bound.
     """
 
@@ -66,10 +67,11 @@ class JournalSession(EventSession):
 
     def _add(self, kind: str, data: Any) -> None:
         if self.run_id is None:
-            self._begin()
+            self.start()
         super()._add(kind, data)
 
-    def _begin(self) -> None:
+    def start(self) -> None:
+        """Journal the session's run (status ``planning``) before the first round."""
         from ..checking import project_key
         from ..journal import Journal, NewRun, now
         from ..journal.store import new_run_id
@@ -89,12 +91,12 @@ class JournalSession(EventSession):
         from ..journal import Journal
 
         if self.run_id is None:
-            self._begin()
+            self.start()
         assert self.run_id is not None
         with Journal(self.journal_at, write=True) as journal:
             journal.end_planning(self.run_id, status="planned", event="planned", data=data,
                                  plan=plan, digest=digest, plan_name=name, revision=revision,
-                                 plan_file=plan_file)
+                                 plan_file=plan_file, params=self.params)
 
     def fail(self, report: dict[str, Any]) -> None:
         """End the session ``refused``.
@@ -105,7 +107,8 @@ class JournalSession(EventSession):
         from ..journal import Journal
 
         if self.run_id is None:
-            self._begin()
+            self.start()
         assert self.run_id is not None
         with Journal(self.journal_at, write=True) as journal:
-            journal.end_planning(self.run_id, status="refused", report=report)
+            journal.end_planning(self.run_id, status="refused", report=report,
+                                 params=self.params)
