@@ -28,7 +28,8 @@ Conn = Any
 #: Event kinds (SPEC §7; ``plan_proposed`` and ``replanned`` from SPEC §10).
 EVENT_KINDS: tuple[str, ...] = (
     "planned", "plan_proposed", "plan_refused", "replanned", "approval_required",
-    "approval_granted", "approval_denied", "autonomy_escalated", "autonomy_refused", "step_started", "step_succeeded", "step_failed",
+    "approval_granted", "approval_denied", "autonomy_escalated", "autonomy_refused",
+    "step_started", "step_succeeded", "step_failed",
     "step_retried", "step_skipped", "step_replayed", "run_interrupted", "run_resumed",
     "run_finished", "indeterminate_resolved",
 )
