@@ -46,7 +46,8 @@ class CliProject:
 
     root: Path
     effects: Path
-    journal: Path
+    #: The journal: a file, or a ``postgresql://`` URL (``journal_location``).
+    journal: Path | str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @classmethod
@@ -55,8 +56,9 @@ class CliProject:
         root = base / "proj"
         root.mkdir()
         shutil.copyfile(TOOLS_SOURCE, root / "crashtools.py")
+        location = os.environ["PLANRUN_JOURNAL"]
         return cls(root=root, effects=base / "effects.log",
-                   journal=Path(os.environ["PLANRUN_JOURNAL"]))
+                   journal=location if "://" in location else Path(location))
 
     # --- files --------------------------------------------------------------------------
 

@@ -40,8 +40,9 @@ def new_run(journal: Journal, run_id: str = RUN, owner: str | None = None,
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "journal.sqlite3"
+def path(journal_location: Path | str) -> Path | str:
+    """A fresh journal of each backend (SQLite file, PostgreSQL database): one suite."""
+    return journal_location
 
 
 # --- typed records -----------------------------------------------------------------------
