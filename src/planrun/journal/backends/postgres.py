@@ -231,10 +231,21 @@ def _fail(location: str, exc: BaseException, doing: str,
 # --- schema ---------------------------------------------------------------------------------
 
 
+def _has_table(conn: PgConnection, name: str) -> bool:
+    """Whether the current schema has the table ``name``.
+
+    Read from ``pg_tables`` with this statement's snapshot (``to_regclass`` may answer
+    from a cache that predates another process's migration).
+    """
+    row = conn.execute("SELECT count(*) FROM pg_catalog.pg_tables "
+                       "WHERE schemaname = current_schema() AND tablename = ?",
+                       (name,)).fetchone()
+    return bool(row and row[0])
+
+
 def _version(conn: PgConnection) -> int | None:
     """The schema version, or None for a database planrun has not set up."""
-    row = conn.execute("SELECT to_regclass('planrun_schema') IS NOT NULL").fetchone()
-    if not row or not row[0]:
+    if not _has_table(conn, "planrun_schema"):
         return None
     row = conn.execute("SELECT max(version) FROM planrun_schema").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
@@ -260,8 +271,7 @@ def migrate(conn: PgConnection, location: str) -> None:
         version = _version(conn)  # another process may have migrated meanwhile
         _check_version(location, version)
         if version is None:
-            taken = conn.execute("SELECT to_regclass('runs') IS NOT NULL").fetchone()
-            if taken and taken[0]:
+            if _has_table(conn, "runs"):
                 raise JournalError(
                     f"the database {shown_location(location)} has a table 'runs' but is "
                     "not a planrun journal",
