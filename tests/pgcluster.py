@@ -128,7 +128,7 @@ class Cluster:
     def restart(self) -> None:
         """Stop the server (fast: connections are cut) and start it again."""
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-w",
-                  "-m", "fast", "restart", "-o",
+                  "-l", str(self.root / "log"), "-m", "fast", "restart", "-o",
                   f"-k {self.sock} -c listen_addresses='' -c fsync=off "
                   "-c full_page_writes=off -c max_connections=200")
 
