@@ -90,7 +90,8 @@ class Cluster:
         return result
 
     @classmethod
-    def start(cls, bindir: Path) -> Cluster:
+    def start(cls, bindir: Path, *, durable: bool = False) -> Cluster:
+        """Start a new cluster; ``durable``: with ``fsync`` (benchmarks), else without."""
         user = _server_user()
         root = Path(tempfile.mkdtemp(prefix="planrun-pg-"))
         cluster = cls(bindir=bindir, root=root, user=user)
@@ -104,8 +105,9 @@ class Cluster:
                          "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C")
             cluster._run(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-l",
                          str(root / "log"), "-w", "-t", "60", "-o",
-                         f"-k {root / 'sock'} -c listen_addresses='' -c fsync=off "
-                         "-c full_page_writes=off -c max_connections=200", "start")
+                         f"-k {root / 'sock'} -c listen_addresses='' "
+                         + ("" if durable else "-c fsync=off -c full_page_writes=off ")
+                         + "-c max_connections=200", "start")
         except BaseException:
             cluster.stop()
             raise

@@ -19,8 +19,9 @@ Decisions (``docs/postgres-journal.md``):
   (lease owner and epoch checked, then written) and every key claim is correct across
   processes without retry loops. Reads take no lock (MVCC); ``snapshot`` is one
   ``REPEATABLE READ READ ONLY`` transaction. A writer waits at most ``lock_timeout``
-  (30 s) for the lock; a transaction left idle for 60 s is ended by the server
+  (30 s) for the lock; a write transaction left idle for 60 s is ended by the server
   (``idle_in_transaction_session_timeout``), so a stopped process cannot hold the journal.
+  Both are ``SET LOCAL``: no session state, so a transaction-pooling PgBouncer works.
 - **Schema.** The SQLite migrations (:mod:`planrun.journal.schema`) translated statement
   by statement (:func:`pg_statement`: ``INTEGER`` → ``BIGINT``, ``REAL`` → ``DOUBLE
   PRECISION``, ``INTEGER PRIMARY KEY`` → an identity column, no ``WITHOUT ROWID``), so both
@@ -61,7 +62,10 @@ IDLE_TIMEOUT = "60s"
 #: Seconds to wait for a connection, unless the URL says (``connect_timeout=``).
 CONNECT_TIMEOUT_S = 10
 
+#: One round trip: the transaction, its limits (``SET LOCAL``: nothing outlives it, as a
+#: transaction-pooling PgBouncer needs), the journal's write lock.
 _BEGIN_WRITE = (f"BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; "
+                f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_TIMEOUT}'; "
                 f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
 
 
@@ -326,11 +330,6 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise _fail(self.location, exc, "connect") from None
         conn = PgConnection(raw)
-        try:
-            conn.script(f"SET idle_in_transaction_session_timeout = '{IDLE_TIMEOUT}'")
-        except psycopg.Error as exc:
-            conn.close()
-            raise _fail(self.location, exc, "open", conn) from None
         self._conn = conn
         return conn
 
