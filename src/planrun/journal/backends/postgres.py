@@ -62,10 +62,10 @@ IDLE_TIMEOUT = "60s"
 #: Seconds to wait for a connection, unless the URL says (``connect_timeout=``).
 CONNECT_TIMEOUT_S = 10
 
-#: One round trip: the transaction, its limits (``SET LOCAL``: nothing outlives it, as a
+#: The start of every write transaction (batched with its first read): the transaction, its limits (``SET LOCAL``: nothing outlives it, as a
 #: transaction-pooling PgBouncer needs), the journal's write lock.
-_BEGIN_WRITE = (f"BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; "
-                f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_TIMEOUT}'; "
+_BEGIN_WRITE = ("BEGIN", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'",
+                f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_TIMEOUT}'",
                 f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
 
 
@@ -126,25 +126,122 @@ def pg_statement(statement: str) -> str:
 # --- the connection -------------------------------------------------------------------------
 
 
+class _Result:
+    """A statement's result, for a statement sent in a batch (:class:`PgConnection`).
+
+    Reading anything of it (``rowcount``, ``fetchone``, ``fetchall``, iteration,
+    ``description``) first sends the batch it is in, so statements whose results nobody
+    reads share the round trip of the next one that is read.
+    """
+
+    def __init__(self, conn: PgConnection) -> None:
+        self._conn = conn
+        self._ready = False
+        self._rowcount = -1
+        self._rows: list[Any] = []
+        self._description: Any = None
+
+    def _set(self, rowcount: int, rows: list[Any], description: Any) -> None:
+        self._ready = True
+        self._rowcount = rowcount
+        self._rows = rows
+        self._description = description
+
+    def _wait(self) -> None:
+        if not self._ready:
+            self._conn.send_batch()
+
+    @property
+    def rowcount(self) -> int:
+        self._wait()
+        return self._rowcount
+
+    @property
+    def description(self) -> Any:
+        self._wait()
+        return self._description
+
+    def fetchone(self) -> Any:
+        self._wait()
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        self._wait()
+        rows, self._rows = self._rows, []
+        return rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+
 class PgConnection:
     """A psycopg connection that speaks the journal's SQL (``?`` placeholders).
 
-    ``execute``/``executemany`` return psycopg cursors (``fetchone``, ``fetchall``,
-    iteration, ``rowcount``, ``description``).
+    ``execute``/``executemany`` return cursors (``fetchone``, ``fetchall``, iteration,
+    ``rowcount``, ``description``). Inside a write transaction (:meth:`begin_batch`)
+    statements are bound on the client and batched: each is sent with the first later
+    statement whose result is read (one round trip, the simple query protocol), so the
+    statements nobody reads the result of (events, keys, ``BEGIN``) cost no round trip of
+    their own. An error of a batched statement is raised by that read (or by ``COMMIT``);
+    the transaction is rolled back either way.
     """
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
+        self._client = psycopg.ClientCursor(raw)
+        #: The statements of the open batch (None: not batching) and their results.
+        self._batch: list[tuple[bytes, list[_Result]]] | None = None
 
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> psycopg.Cursor[Any]:
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Run one statement (``?`` placeholders)."""
-        return self.raw.execute(pg_sql(sql), tuple(params or ()))
+        if self._batch is None:
+            return self.raw.execute(pg_sql(sql), tuple(params or ()))
+        result = _Result(self)
+        self._batch.append((self._bind(sql, params), [result]))
+        return result
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         """Run one statement once per row of parameters."""
-        cur = self.raw.cursor()
-        cur.executemany(pg_sql(sql), [tuple(r) for r in rows])
-        return cur
+        if self._batch is None:
+            cur = self.raw.cursor()
+            cur.executemany(pg_sql(sql), [tuple(r) for r in rows])
+            return cur
+        results = []
+        for row in rows:
+            result = _Result(self)
+            self._batch.append((self._bind(sql, row), [result]))
+            results.append(result)
+        return _Many(self, results)
+
+    def _bind(self, sql: str, params: Sequence[Any] | None) -> bytes:
+        query = pg_sql(sql)
+        return self._client.mogrify(query, tuple(params or ())).encode()
+
+    def begin_batch(self, statements: Sequence[str]) -> None:
+        """Start batching, with ``statements`` (no parameters) first in the batch."""
+        self._batch = [(s.encode(), [_Result(self)]) for s in statements]
+
+    def send_batch(self) -> None:
+        """Send the statements batched so far in one round trip; fill in their results."""
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, []
+        cur = self.raw.execute(b";\n".join(text for text, _ in batch))
+        for i, (_text, results) in enumerate(batch):
+            if i:
+                cur.nextset()
+            rows = cur.fetchall() if cur.description is not None else []
+            for result in results:
+                result._set(cur.rowcount, rows, cur.description)
+
+    @property
+    def batching(self) -> bool:
+        """Whether a write transaction is open (its start may not be sent yet)."""
+        return self._batch is not None
+
+    def end_batch(self) -> None:
+        """Stop batching (unsent statements are dropped: call after COMMIT or an error)."""
+        self._batch = None
 
     def script(self, sql: str) -> None:
         """Run statements without parameters in one round trip (simple query protocol)."""
@@ -171,6 +268,18 @@ class PgConnection:
     def close(self) -> None:
         """Close the connection (an open transaction is rolled back by the server)."""
         self.raw.close()
+
+
+class _Many:
+    """The results of an ``executemany`` in a batch: ``rowcount`` is their sum."""
+
+    def __init__(self, conn: PgConnection, results: list[_Result]) -> None:
+        self._conn = conn
+        self._results = results
+
+    @property
+    def rowcount(self) -> int:
+        return sum(max(0, r.rowcount) for r in self._results)
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -363,18 +472,22 @@ class PostgresBackend:
 
         Rolled back on any error, also when ``COMMIT`` itself fails.
         """
-        conn.script(_BEGIN_WRITE)
+        conn.begin_batch(_BEGIN_WRITE)
         try:
             yield conn
-            conn.script("COMMIT")
+            conn.execute("COMMIT")
+            conn.send_batch()
         except BaseException:
+            conn.end_batch()
             conn.rollback()
             raise
+        finally:
+            conn.end_batch()
 
     @contextmanager
     def snapshot(self, conn: PgConnection) -> Iterator[PgConnection]:
         """A read-only snapshot (``REPEATABLE READ``); inside a transaction, that one."""
-        if conn.in_transaction:
+        if conn.in_transaction or conn.batching:
             yield conn
             return
         conn.script("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
