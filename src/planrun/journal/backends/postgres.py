@@ -62,8 +62,9 @@ IDLE_TIMEOUT = "60s"
 #: Seconds to wait for a connection, unless the URL says (``connect_timeout=``).
 CONNECT_TIMEOUT_S = 10
 
-#: The start of every write transaction (batched with its first read): the transaction, its limits (``SET LOCAL``: nothing outlives it, as a
-#: transaction-pooling PgBouncer needs), the journal's write lock.
+#: The start of every write transaction (sent with its first read): the transaction, its
+#: limits (``SET LOCAL``: nothing outlives it, as a transaction-pooling PgBouncer needs),
+#: the journal's write lock.
 _BEGIN_WRITE = ("BEGIN", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'",
                 f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_TIMEOUT}'",
                 f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
