@@ -13,6 +13,10 @@ Decisions (``docs/postgres-journal.md``):
   ``%s`` style, outside string literals and quoted names. ``NOW_SQL`` is
   ``clock_timestamp()`` in seconds since the epoch (the database clock), ``json_array`` a
   ``string_agg`` that gives exactly SQLite's compact text.
+- **Round trips.** Inside a write transaction statements are bound on the client and
+  sent together with the next statement whose result is read (:class:`PgConnection`):
+  ``BEGIN`` and the lock go with the first read, events and keys with the next read or
+  ``COMMIT`` — about 4 round trips per chain step instead of 9.
 - **Writes.** Every write transaction starts with ``pg_advisory_xact_lock`` on a key of
   this journal (one database): write transactions of all processes on all hosts are
   serialized as SQLite's ``BEGIN IMMEDIATE`` serializes them, so every guarded write
