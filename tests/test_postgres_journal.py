@@ -208,13 +208,14 @@ def test_processes_setting_up_one_new_database_at_once(pg_url: str) -> None:
 # --- passwords and tools ------------------------------------------------------------------------
 
 
-def test_tools_never_get_a_journal_url_with_its_password(cli: CliProject, pg_cluster: Any,
+def test_tools_never_get_the_journals_password(cli: CliProject, pg_cluster: Any,
                                                          monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    """The cluster trusts local users, so the password is accepted (and unused)."""
+    """Neither in the URL nor as PGPASSWORD (the cluster trusts local users: unused)."""
     name = pg_cluster.database("pw").split("///")[1].split("?")[0]
     url = f"postgresql://postgres:pa55word@/{name}?host={pg_cluster.sock}"
     monkeypatch.setenv("PLANRUN_JOURNAL", url)
+    monkeypatch.setenv("PGPASSWORD", "pgpa55word")
     cli.journal = url
     cli.write("envtool.py", """
         import json, os, sys
@@ -238,6 +239,8 @@ def test_tools_never_get_a_journal_url_with_its_password(cli: CliProject, pg_clu
     assert r.returncode == 0, r
     out = cli.probe().step("e").output
     assert "PLANRUN_JOURNAL" not in out
+    assert "PGPASSWORD" not in out
+    assert "HOME" in out  # the rest of the environment is there
     assert "pa55word" not in json.dumps(out)
     assert "pa55word" not in r.stdout + r.stderr
     for event in cli.probe().events():
@@ -420,3 +423,19 @@ def test_every_sqlite_migration_has_a_postgresql_statement(pg_url: str) -> None:
                 for statement in statements:
                     conn.execute(pg_statement(statement).encode())
             assert version < SCHEMA_VERSION
+
+
+def test_without_psycopg_a_postgresql_journal_is_one_message(cli: CliProject,
+                                                             tmp_path: Path) -> None:
+    """psycopg is an optional extra: without it, exit 6 and what to install."""
+    code = ("import sys; sys.modules['psycopg'] = None; from planrun.cli import main; "
+            "sys.argv = ['planrun', *sys.argv[1:]]; main()")
+    url = f"postgresql://alice:s3cret@/planrun?host={tmp_path}"
+    proc = subprocess.run([sys.executable, "-c", code, "runs", "--journal", url],
+                          cwd=cli.root, env=cli.env(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S, check=False)
+    r = Result(argv=["runs"], returncode=proc.returncode, stdout=proc.stdout,
+               stderr=proc.stderr)
+    text = one_error(r)
+    assert "pip install 'planrun[postgres]'" in text
+    assert "s3cret" not in r.stdout + r.stderr
