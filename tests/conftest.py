@@ -255,3 +255,71 @@ def run_events(project: Project, run_id: str, kind: str | None = None) -> list[d
 def by_step(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A manifest's steps by id."""
     return {s["id"]: s for s in manifest["steps"]}
+
+
+# --- journal backends: SQLite and PostgreSQL (SPEC §11) --------------------------------------
+#
+# ``journal_location`` is a journal location per backend: ``"sqlite"`` (a file in
+# ``tmp_path``) and ``"postgres"`` (a fresh database on a throw-away cluster that listens on
+# a Unix socket only, started once per test process; ``tests/pgcluster.py``). It also sets
+# ``PLANRUN_JOURNAL``, so the real CLI uses it. The PostgreSQL tests are marked
+# ``postgres``; tests marked ``sqlite`` (they look at the SQLite file) are not collected
+# for PostgreSQL. They are skipped only when no PostgreSQL server is installed (`.ci/run`
+# installs one).
+
+BACKENDS = ("sqlite", "postgres")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """A throw-away PostgreSQL cluster for this test process (removed at the end)."""
+    from pgcluster import Cluster, server_bindir
+
+    bindir = server_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server installed (no initdb/pg_ctl/postgres in "
+                    "/usr/lib/postgresql/*/bin, pg_config --bindir or PATH); "
+                    "`.ci/run` installs the OS package")
+    pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install -e '.[test]')")
+    cluster = Cluster.start(bindir)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest, pg_cluster: Any) -> str:
+    """The URL of a fresh, empty PostgreSQL journal database (one per test)."""
+    return str(pg_cluster.database(request.node.name))
+
+
+@pytest.fixture(params=BACKENDS)
+def journal_location(request: pytest.FixtureRequest, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> Path | str:
+    """A fresh journal location of each backend, also set as ``PLANRUN_JOURNAL``."""
+    location: Path | str
+    if request.param == "postgres":
+        location = str(request.getfixturevalue("pg_url"))
+    else:
+        location = tmp_path / "journal.sqlite3"
+    monkeypatch.setenv("PLANRUN_JOURNAL", str(location))
+    return location
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the PostgreSQL variants ``postgres``; drop those of tests marked ``sqlite``."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_pg = callspec is not None and callspec.params.get("journal_location") == "postgres"
+        if on_pg or "pg_url" in getattr(item, "fixturenames", ()):
+            if item.get_closest_marker("sqlite") is not None and on_pg:
+                dropped.append(item)
+                continue
+            item.add_marker(pytest.mark.postgres)
+        keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

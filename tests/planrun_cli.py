@@ -46,7 +46,8 @@ class CliProject:
 
     root: Path
     effects: Path
-    journal: Path
+    #: The journal: a file, or a ``postgresql://`` URL (``journal_location``).
+    journal: Path | str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @classmethod
@@ -55,8 +56,9 @@ class CliProject:
         root = base / "proj"
         root.mkdir()
         shutil.copyfile(TOOLS_SOURCE, root / "crashtools.py")
+        location = os.environ["PLANRUN_JOURNAL"]
         return cls(root=root, effects=base / "effects.log",
-                   journal=Path(os.environ["PLANRUN_JOURNAL"]))
+                   journal=location if "://" in location else Path(location))
 
     # --- files --------------------------------------------------------------------------
 
@@ -206,8 +208,27 @@ class CliProject:
         with closing(sqlite3.connect(uri, uri=True)) as conn:
             return conn.execute(sql, args).fetchall()
 
+    def journal_exists(self) -> bool:
+        """Whether the journal was created (a file; a PostgreSQL database set up by planrun)."""
+        if isinstance(self.journal, str):
+            from planrun.journal import Journal
+
+            with Journal(self.journal, write=False) as j:
+                return j.conn is not None
+        return self.journal.exists()
+
     def integrity(self) -> str:
-        """``PRAGMA integrity_check`` of the journal (``"ok"`` when sound)."""
+        """``PRAGMA integrity_check`` of the journal (``"ok"`` when sound).
+
+        On PostgreSQL (no such check; the server keeps its own files sound): every run,
+        its steps and events read back as records.
+        """
+        if isinstance(self.journal, str):
+            p = self.probe()
+            for run in p.runs():
+                p.steps(run.run_id)
+                p.events(run.run_id)
+            return "ok"
         rows = self.query("PRAGMA integrity_check")
         return "; ".join(str(r[0]) for r in rows)
 

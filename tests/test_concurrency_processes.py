@@ -70,7 +70,8 @@ tools:
 
 
 @pytest.fixture
-def proj(cli: CliProject) -> CliProject:
+def proj(journal_location: object, cli: CliProject) -> CliProject:
+    """The project, journaled on each backend (SQLite file, PostgreSQL database)."""
     cli.tools(TOOLS)
     return cli
 
@@ -184,7 +185,7 @@ def test_three_executes_on_one_journal(proj: CliProject, same_plan: bool) -> Non
                 arguments: {{value: "{{item}}"}}
               - {{id: z, tool: once, depends_on: [after], arguments: {{label: z}}}}
         """)
-    assert not proj.journal.exists()  # the three also race to create and migrate it
+    assert not proj.journal_exists()  # the three also race to create and migrate it
     procs = [proj.start("execute", name, "--json", name=f"exec{i}")
              for i, name in enumerate(names)]
     results = [proj.finish(p) for p in procs]

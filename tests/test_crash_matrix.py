@@ -187,9 +187,12 @@ class Operator:
     def _freeze(self) -> None:
         """Note the call count of everything the journal now says succeeded."""
         counts = self.cli.counts()
-        done = self.cli.query("SELECT step_id, NULL FROM steps WHERE status = 'succeeded' "
-                              "AND step_id != 'fan' UNION ALL SELECT step_id, item_index "
-                              "FROM items WHERE status = 'succeeded'")
+        p = self.cli.probe()
+        done: list[tuple[str, int | None]] = [
+            (st.step_id, None) for st in p.steps()
+            if st.status == "succeeded" and st.step_id != "fan"]
+        done += [("fan", it.index) for it in p.items("fan")
+                 if it.status == "succeeded"]
         for step, item in done:
             effect = _effect_of(step, item)
             self.frozen.setdefault(effect, counts[effect])
@@ -311,6 +314,23 @@ def test_matrix_covers_every_step_item_and_point(
 @pytest.mark.parametrize("kill", KILL_POINTS)
 def test_kill_point(mixed: CliProject, kill: str) -> None:
     check_recovery(mixed, [kill])
+
+
+#: The subset of the matrix run on a PostgreSQL journal too (SPEC §11): every crash point
+#: of a python step, a fan-out item, a command and the irreversible step, and one double
+#: kill.
+PG_KILLS = [[f"{point}:{target}"] for target in ("prep", "fan#1", "shell", "danger")
+            for point in CRASH_POINTS] + [["dispatch:fan#1", "call:fan#2"]]
+
+
+@pytest.mark.parametrize("kills", PG_KILLS, ids=[">".join(k) for k in PG_KILLS])
+def test_kill_point_on_postgres(pg_url: str, cli: CliProject,
+                                monkeypatch: pytest.MonkeyPatch, kills: list[str]) -> None:
+    monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)
+    cli.journal = pg_url
+    cli.tools(TOOLS)
+    cli.plan("mixed", PLAN)
+    check_recovery(cli, kills)
 
 
 @pytest.mark.parametrize("kills", RECOVERY_KILLS, ids=[">".join(k) for k in RECOVERY_KILLS])

@@ -40,8 +40,9 @@ def new_run(journal: Journal, run_id: str = RUN, owner: str | None = None,
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "journal.sqlite3"
+def path(journal_location: Path | str) -> Path | str:
+    """A fresh journal of each backend (SQLite file, PostgreSQL database): one suite."""
+    return journal_location
 
 
 # --- typed records -----------------------------------------------------------------------
@@ -264,10 +265,10 @@ def probe_run_id_without_migrating(journal: Path) -> str:
 
 
 def test_a_url_of_another_scheme_is_refused_without_its_password(cli: CliProject) -> None:
-    r = cli.run("runs", "--journal", "postgresql://alice:s3cret@db.example/planrun")
+    r = cli.run("runs", "--journal", "mysql://alice:s3cret@db.example/planrun")
     assert r.returncode == 6, r
     assert "error[journal]" in r.stderr or "journal" in r.stderr, r
-    assert "postgresql://alice:***@db.example/planrun" in r.stderr, r
+    assert "mysql://alice:***@db.example/planrun" in r.stderr, r
     assert "s3cret" not in r.stderr + r.stdout, r
     assert "Traceback" not in r.stderr, r
 

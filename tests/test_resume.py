@@ -42,7 +42,8 @@ steps:
 
 
 @pytest.fixture
-def proj(cli: CliProject) -> CliProject:
+def proj(journal_location: object, cli: CliProject) -> CliProject:
+    """The project, journaled on each backend (SQLite file, PostgreSQL database)."""
     cli.tools(TOOLS)
     cli.plan("chain", CHAIN)
     return cli
@@ -118,6 +119,7 @@ def test_resume_of_a_failed_run_points_to_retry(proj: CliProject) -> None:
 # --- resume --explain -----------------------------------------------------------------------
 
 
+@pytest.mark.sqlite  # compares the SQLite file's bytes before and after
 def test_explain_changes_nothing_and_names_each_action(proj: CliProject) -> None:
     proj.plan("four", """
         planrun: 1

@@ -59,13 +59,27 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+#: Test-only seam: ``PLANRUN_TEST_HOST=NAME`` makes this process say it runs on host NAME
+#: (leases, recorded calls), so two processes on one machine act as two hosts sharing one
+#: journal (SPEC §11).
+HOST_ENV = "PLANRUN_TEST_HOST"
+
+
+def host_name() -> str:
+    """This machine's name as leases and recorded calls give it (``socket.gethostname()``).
+
+    ``PLANRUN_TEST_HOST`` overrides it (a test seam, :data:`HOST_ENV`).
+    """
+    return os.environ.get(HOST_ENV) or socket.gethostname()
+
+
 @dataclass(frozen=True)
 class Group:
     """A running call's process group, as journaled (SPEC §12).
 
     Attributes:
         pgid: the process group id (the command's pid: it leads its group).
-        host: ``socket.gethostname()`` of the machine it runs on.
+        host: :func:`host_name` of the machine it runs on.
         boot_id: that machine's boot id (Linux), or None.
         start_ticks: the leader's start time in clock ticks since boot (Linux
             ``/proc/PID/stat`` field 22), or None; with ``boot_id`` it tells a recorded
@@ -81,7 +95,7 @@ class Group:
 def identify(pid: int) -> Group:
     """The :class:`Group` led by ``pid`` (a command planrun just started)."""
     found = _stat(pid)
-    return Group(pgid=pid, host=socket.gethostname(), boot_id=boot_id(),
+    return Group(pgid=pid, host=host_name(), boot_id=boot_id(),
                  start_ticks=found[2] if found else None)
 
 
@@ -97,7 +111,7 @@ def group_alive(group: Group) -> bool | None:
     pid but another start time → the old group is gone; no leader → alive while some
     process (not a zombie) is still in the group.
     """
-    if group.host != socket.gethostname():
+    if group.host != host_name():
         return None
     now_boot = boot_id()
     if group.boot_id and now_boot and group.boot_id != now_boot:

@@ -413,8 +413,10 @@ class CaseRunner:
     """Runs the steps of one case in one work directory."""
 
     def __init__(self, work: Path, planrun: Sequence[str] = PLANRUN,
-                 fixtures: Path = FIXTURES_DIR) -> None:
+                 fixtures: Path = FIXTURES_DIR, journal: str | None = None) -> None:
         self.work = work
+        #: The journal location (a ``postgresql://`` URL); default a file in ``work``.
+        self.journal = journal or str(work / "journal.sqlite3")
         self.planrun = tuple(planrun)
         self.fixtures = fixtures
         self.saved: dict[str, str] = {}
@@ -424,7 +426,7 @@ class CaseRunner:
     def _base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PLANRUN_")}
         env.update(
-            PLANRUN_JOURNAL=str(self.work / "journal.sqlite3"), NO_COLOR="1", COLUMNS="200",
+            PLANRUN_JOURNAL=self.journal, NO_COLOR="1", COLUMNS="200",
             CASE_DIR=str(self.work), PYTHONDONTWRITEBYTECODE="1",
         )
         return env
@@ -592,6 +594,11 @@ class CaseRunner:
         screen.append((child.before or "") + after)
 
 
-def run_case(path: Path, work: Path, planrun: Sequence[str] = PLANRUN) -> None:
-    """Run the case file at ``path`` in the (empty) directory ``work``."""
-    CaseRunner(work, planrun).run(Case.load(path))
+def run_case(path: Path, work: Path, planrun: Sequence[str] = PLANRUN,
+             journal: str | None = None) -> None:
+    """Run the case file at ``path`` in the (empty) directory ``work``.
+
+    ``journal``: the journal location (as ``--journal-cmd`` of ``run_cases.py`` gives,
+    e.g. a fresh PostgreSQL database); default ``work/journal.sqlite3``.
+    """
+    CaseRunner(work, planrun, journal=journal).run(Case.load(path))

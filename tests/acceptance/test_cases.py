@@ -35,6 +35,14 @@ def test_case(case_path: Path, tmp_path: Path) -> None:
     run_case(case_path, work)
 
 
+@pytest.mark.parametrize("case_path", [_param(path) for path in CASES])
+def test_case_on_postgres(case_path: Path, tmp_path: Path, pg_url: str) -> None:
+    """The same case with a PostgreSQL journal (a fresh database; SPEC §11)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    run_case(case_path, work, journal=pg_url)
+
+
 def test_cases_are_present() -> None:
     assert CASES, f"no case files in {CASES_DIR}"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import masking, procs
+from ..journal.backends import shown_location
 from ..redact import Secrets
 from ..registry import ToolSpec
 from ..tools import PARAM_ENV_PREFIX, CallTimeout, call_command, call_python
@@ -121,10 +122,20 @@ class LocalDispatcher(Dispatcher):
 def _without_param_env() -> Iterator[None]:
     """While tools run, ``PLANRUN_PARAM_*`` is not in the environment (SPEC §7).
 
+    Nor ``PLANRUN_JOURNAL`` when it is a URL with a password, nor ``PGPASSWORD`` while this
+    process journals to PostgreSQL (SPEC §11).
+
     A tool receives a parameter only as an argument the plan gives it: commands, python
     tools (``os.environ``) and what they start do not inherit the variables.
     """
     taken = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(PARAM_ENV_PREFIX)}
+    # A journal URL with a password (SPEC §11) is not the tools' business either, nor,
+    # while this process journals to PostgreSQL, the password libpq reads from PGPASSWORD.
+    journal = os.environ.get("PLANRUN_JOURNAL", "")
+    if "://" in journal and shown_location(journal) != journal:
+        taken["PLANRUN_JOURNAL"] = os.environ.pop("PLANRUN_JOURNAL")
+    if "planrun.journal.backends.postgres" in sys.modules and "PGPASSWORD" in os.environ:
+        taken["PGPASSWORD"] = os.environ.pop("PGPASSWORD")
     try:
         yield
     finally:

@@ -11,7 +11,6 @@ import functools
 import json
 import os
 import secrets
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,14 +42,14 @@ def dumps(value: Any) -> str:
 
 def lease_owner() -> str:
     """This process as a lease holder: ``host:pid:token``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    return f"{procs.host_name()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _owner_pid(owner: str) -> int | None:
     """The pid of a lease holder on this host, or None (another host, or no pid)."""
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if host != procs.host_name() or not pid_text.isdigit():
         return None
     return int(pid_text)
 

@@ -164,7 +164,7 @@ class StepsMixin(JournalBase):
             cur = c.execute(
                 "UPDATE steps SET status = 'succeeded', finished_at = ?, output_json = ("
                 f"SELECT {self.backend.json_array('output_json')} FROM (SELECT output_json FROM "
-                "items WHERE run_id = ? AND step_id = ? ORDER BY item_index)) "
+                "items WHERE run_id = ? AND step_id = ? ORDER BY item_index) AS ordered) "
                 "WHERE run_id = ? AND step_id = ? AND status = 'running'",
                 (ts, run_id, step_id, run_id, step_id))
             if cur.rowcount != 1:

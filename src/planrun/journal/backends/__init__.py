@@ -14,12 +14,15 @@ supplies what differs between databases:
   it), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
 - its migrations (``planrun.journal.schema`` for SQLite).
 
-SQLite (:mod:`.sqlite`) is the only backend so far; a location that is a URL of another
-scheme is refused with one message (:func:`open_backend`).
+SQLite (:mod:`.sqlite`) for a file path (or ``sqlite://PATH``); PostgreSQL
+(:mod:`.postgres`, psycopg 3, imported only then) for a ``postgresql://`` or
+``postgres://`` URL; a URL of another scheme is refused with one message
+(:func:`open_backend`).
 """
 
 from __future__ import annotations
 
+import re
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -27,7 +30,7 @@ from typing import Any, ClassVar, Protocol
 from ...errors import JournalError
 
 #: URL schemes of journal locations this planrun understands (a plain path is SQLite).
-SCHEMES = ("sqlite",)
+SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
 class JournalBackend(Protocol):
@@ -59,15 +62,21 @@ class JournalBackend(Protocol):
 
 
 def shown_location(location: str | Path) -> str:
-    """A journal location for messages: a URL's password is never shown."""
+    """A journal location for messages: a URL's password is never shown.
+
+    Neither in its user part (``user:***@host``) nor as a ``password=`` parameter.
+    """
     text = str(location)
     scheme, sep, rest = text.partition("://")
     if not sep:
         return text
+    rest, q, query = rest.partition("?")
     auth, at, host = rest.rpartition("@")
     if at and ":" in auth:
         auth = auth.split(":", 1)[0] + ":***"
-    return f"{scheme}://{auth}{at}{host}"
+    if q:
+        query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", query)
+    return f"{scheme}://{auth}{at}{host}{q}{query}"
 
 
 def open_backend(location: str | Path) -> JournalBackend:
@@ -85,8 +94,18 @@ def open_backend(location: str | Path) -> JournalBackend:
         return SqliteBackend(Path(location))
     if scheme.lower() == "sqlite":
         return SqliteBackend(Path(rest))
+    if scheme.lower() in ("postgresql", "postgres"):
+        try:
+            from .postgres import PostgresBackend
+        except ImportError:
+            raise JournalError(
+                f"the journal {shown_location(location)} is on PostgreSQL, which needs "
+                "psycopg 3; it is not installed",
+                hint="Install planrun's PostgreSQL extra: pip install 'planrun[postgres]'."
+            ) from None
+        return PostgresBackend(location)
     raise JournalError(
         f"the journal {shown_location(location)} is a {scheme}:// URL; this planrun "
-        "journals only to SQLite files",
+        "journals to SQLite files and PostgreSQL (postgresql://) databases",
         hint="Give --journal (or PLANRUN_JOURNAL, or journal = in planrun.toml) a file "
-        "path.")
+        "path or a postgresql:// URL.")

@@ -1,0 +1,441 @@
+"""The PostgreSQL journal (SPEC §11): what only PostgreSQL has, on a real server.
+
+The rules both backends share are tested once for both (``journal_location`` in
+``test_journal_backend.py``, ``test_resume.py``, ``test_concurrency_processes.py``, the
+acceptance cases). Here: start-up imports, errors (server down, database missing, unknown
+role, a newer schema, a database that is not a journal), the schema, passwords, two hosts
+on one journal, and a server restart in the middle of a run. The server is a throw-away
+cluster on a Unix socket (``tests/pgcluster.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import asset
+from planrun.journal import SCHEMA_VERSION, Journal
+from planrun_cli import TIMEOUT_S, CliProject, Result
+
+TOOLS = asset("registries/record.yaml") + asset("registries/waiting.yaml")
+
+HOLD = """
+planrun: 1
+goal: A step that holds the run until a file appears
+steps:
+  - {id: a, tool: once, arguments: {label: a}}
+  - {id: w, tool: wait, depends_on: [a], arguments: {file: go}}
+  - {id: z, tool: once, depends_on: [w], arguments: {label: z}}
+"""
+
+
+def one_error(r: Result, exit_code: int = 6) -> str:
+    """One ``error[...]`` message, the exit status, no traceback; the stderr text."""
+    assert r.returncode == exit_code, r
+    assert "Traceback" not in r.stderr, r
+    assert r.stderr.count("error[") == 1, r
+    return r.stderr
+
+
+# --- start-up: psycopg only for a postgresql:// journal ------------------------------------
+
+_IMPORTS = textwrap.dedent("""
+    import atexit, sys
+    def report():
+        loaded = sorted(m for m in sys.modules if m.split(".")[0].startswith("psycopg"))
+        sys.stderr.write("PSYCOPG:" + ",".join(loaded) + "\\n")
+    atexit.register(report)
+    from planrun.cli import main
+    sys.argv = ["planrun", *sys.argv[1:]]
+    main()
+""")
+
+
+def psycopg_modules(cli: CliProject, *args: str) -> tuple[Result, list[str]]:
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS, *args], cwd=cli.root,
+                          env=cli.env(), capture_output=True, text=True, timeout=TIMEOUT_S,
+                          check=False)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("PSYCOPG:")][-1]
+    mods = [m for m in line.removeprefix("PSYCOPG:").split(",") if m]
+    return Result(argv=list(args), returncode=proc.returncode, stdout=proc.stdout,
+                  stderr=proc.stderr), mods
+
+
+def test_help_and_sqlite_runs_never_import_psycopg(cli: CliProject) -> None:
+    cli.tools(TOOLS)
+    cli.plan("chain", HOLD.replace("{id: w, tool: wait, depends_on: [a], arguments: "
+                                   "{file: go}}", "{id: w, tool: idem, depends_on: [a]}"))
+    r, mods = psycopg_modules(cli, "--help")
+    assert r.returncode == 0, r
+    assert mods == []
+    r, mods = psycopg_modules(cli, "execute", "chain", "--json")
+    assert r.returncode == 0, r
+    assert mods == []
+    r, mods = psycopg_modules(cli, "runs", "--json")
+    assert r.returncode == 0, r
+    assert mods == []
+
+
+def test_a_postgresql_journal_imports_psycopg(cli: CliProject, pg_url: str) -> None:
+    r, mods = psycopg_modules(cli, "runs", "--json", "--journal", pg_url)
+    assert r.returncode == 0, r
+    assert "psycopg" in mods
+
+
+# --- errors: one message, exit 6, no password ------------------------------------------------
+
+
+def test_a_server_that_is_not_there(cli: CliProject, tmp_path: Path) -> None:
+    url = f"postgresql://alice:s3cret@/planrun?host={tmp_path / 'nosock'}"
+    cli.tools(TOOLS)
+    cli.plan("chain", HOLD)
+    for args in (("runs",), ("execute", "chain"), ("status", "abcd")):
+        r = cli.run(*args, "--journal", url)
+        text = one_error(r)
+        assert "error[journal]" in text, r
+        assert "cannot connect to the PostgreSQL journal" in text, r
+        assert "postgresql://alice:***@/planrun" in text, r
+        assert "s3cret" not in r.stdout + r.stderr, r
+
+
+def test_a_missing_database(cli: CliProject, pg_cluster: Any) -> None:
+    url = pg_cluster.url("no_such_database")
+    text = one_error(cli.run("runs", "--journal", url))
+    assert "no_such_database" in text
+    assert "createdb" in text  # the hint says what to do
+
+
+def test_an_unknown_role_with_a_password(cli: CliProject, pg_cluster: Any) -> None:
+    url = (f"postgresql://mallory:hunter2hunter2@/postgres?host={pg_cluster.sock}")
+    r = cli.run("runs", "--journal", url)
+    text = one_error(r)
+    assert "mallory" in text
+    assert "hunter2" not in r.stdout + r.stderr, r
+    url = f"postgresql:///postgres?host={pg_cluster.sock}&user=mallory&password=hunter2x"
+    r = cli.run("runs", "--journal", url)
+    one_error(r)
+    assert "hunter2x" not in r.stdout + r.stderr, r
+    assert "password=***" in r.stderr, r
+
+
+def _sql(url: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement.encode())
+
+
+@pytest.mark.parametrize("command", [("runs",), ("execute", "chain")])
+def test_a_journal_newer_than_this_planrun_is_refused(cli: CliProject, pg_url: str,
+                                                      command: tuple[str, ...]) -> None:
+    cli.tools(TOOLS)
+    cli.plan("chain", HOLD)
+    Journal(pg_url, write=True).close()
+    _sql(pg_url, f"UPDATE planrun_schema SET version = {SCHEMA_VERSION + 1}")
+    text = one_error(cli.run(*command, "--journal", pg_url))
+    assert f"schema version {SCHEMA_VERSION + 1}, newer" in text
+
+
+def test_a_database_with_other_tables_is_not_taken(cli: CliProject, pg_url: str) -> None:
+    _sql(pg_url, "CREATE TABLE runs (id integer)")
+    cli.tools(TOOLS)
+    cli.plan("chain", HOLD)
+    text = one_error(cli.run("execute", "chain", "--journal", pg_url))
+    assert "not a planrun journal" in text
+    r = cli.run("runs", "--json", "--journal", pg_url)  # reads see nothing of planrun's
+    assert r.returncode == 0, r
+    assert r.json == []
+
+
+# --- the schema ---------------------------------------------------------------------------
+
+
+def test_the_schema_has_the_tables_and_columns_of_the_sqlite_journal(
+        pg_url: str, tmp_path: Path) -> None:
+    """Same tables, same columns in the same order, same version (SPEC §11)."""
+    import psycopg
+
+    Journal(pg_url, write=True).close()
+    Journal(tmp_path / "j.sqlite3", write=True).close()
+    with closing(sqlite3.connect(tmp_path / "j.sqlite3")) as lite:
+        tables = [r[0] for r in lite.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        expected = {t: [r[1] for r in lite.execute(f"PRAGMA table_info({t})")]
+                    for t in tables}
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name <> 'planrun_schema' "
+            "ORDER BY table_name, ordinal_position").fetchall()
+        (version,) = conn.execute("SELECT version FROM planrun_schema").fetchone() or (0,)
+        types = dict(conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'runs'").fetchall())
+    actual: dict[str, list[str]] = {}
+    for table, column in rows:
+        actual.setdefault(table, []).append(column)
+    assert actual == expected
+    assert version == SCHEMA_VERSION
+    assert types["lease_expires"] == "double precision"
+    assert types["lease_epoch"] == "bigint"
+    assert types["plan_json"] == "text"
+
+
+def test_processes_setting_up_one_new_database_at_once(pg_url: str) -> None:
+    """The migration runs under an advisory lock: six first opens at once all succeed."""
+    code = ("import sys; from planrun.journal import Journal; "
+            "Journal(sys.argv[1], write=True).close()")
+    procs = [subprocess.Popen([sys.executable, "-c", code, pg_url], stderr=subprocess.PIPE,
+                              text=True) for _ in range(6)]
+    for p in procs:
+        _out, err = p.communicate(timeout=TIMEOUT_S)
+        assert p.returncode == 0, err
+    with Journal(pg_url, write=False) as j:
+        assert j.run_ids() == []
+
+
+# --- passwords and tools ------------------------------------------------------------------------
+
+
+def test_tools_never_get_the_journals_password(cli: CliProject, pg_cluster: Any,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Neither in the URL nor as PGPASSWORD (the cluster trusts local users: unused)."""
+    name = pg_cluster.database("pw").split("///")[1].split("?")[0]
+    url = f"postgresql://postgres:pa55word@/{name}?host={pg_cluster.sock}"
+    monkeypatch.setenv("PLANRUN_JOURNAL", url)
+    monkeypatch.setenv("PGPASSWORD", "pgpa55word")
+    cli.journal = url
+    cli.write("envtool.py", """
+        import json, os, sys
+        print(json.dumps(dict(os.environ)))
+    """)
+    cli.tools("""
+        tools:
+          env:
+            description: prints its environment
+            command: ["{python}", "envtool.py"]
+            output: json
+            arguments: {type: object, additionalProperties: false}
+    """.replace("{python}", sys.executable))
+    cli.plan("env", """
+        planrun: 1
+        goal: show the environment
+        steps:
+          - {id: e, tool: env}
+    """)
+    r = cli.run("execute", "env", "--json")
+    assert r.returncode == 0, r
+    out = cli.probe().step("e").output
+    assert "PLANRUN_JOURNAL" not in out
+    assert "PGPASSWORD" not in out
+    assert "HOME" in out  # the rest of the environment is there
+    assert "pa55word" not in json.dumps(out)
+    assert "pa55word" not in r.stdout + r.stderr
+    for event in cli.probe().events():
+        assert "pa55word" not in json.dumps(event.data)
+
+
+# --- two hosts, one journal ---------------------------------------------------------------------
+
+
+def _wait_for(predicate: Any, what: str, timeout: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_another_host_resumes_only_after_the_dead_hosts_lease_expires(
+        cli: CliProject, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host alpha is SIGKILLed mid-run; host beta is refused until alpha's lease expires.
+
+    Then beta resumes: no completed step runs twice.
+    """
+    monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)
+    cli.journal = pg_url
+    monkeypatch.setenv("PLANRUN_TEST_LEASE_TTL_S", "3")
+    cli.tools(TOOLS)
+    cli.plan("hold", HOLD)
+    monkeypatch.setenv("PLANRUN_TEST_HOST", "alpha")
+    alpha = cli.start("execute", "hold", "--json", name="alpha")
+    cli.wait_started("w", alpha)
+    run_id = cli.probe().run_ids()[0]
+    lease = cli.probe().lease(run_id)
+    assert lease is not None
+    assert lease.owner.startswith("alpha:")
+    os.killpg(alpha.pid, signal.SIGKILL)
+    alpha.wait(timeout=TIMEOUT_S)
+
+    monkeypatch.setenv("PLANRUN_TEST_HOST", "beta")
+    r = cli.run("resume", run_id, "--json")
+    assert r.returncode == 5, r
+    assert r.error_code == "run_busy", r
+    assert "another host" in r.stderr, r
+    assert cli.probe().lease(run_id) is not None  # refused: nothing changed
+    _wait_for(lambda: (cli.probe().lease(run_id) or lease).expired, "the lease to expire")
+    cli.touch("go")
+    r = cli.run("resume", run_id, "--json")
+    assert r.returncode == 0, r
+    assert r.json["status"] == "completed"
+    assert cli.counts() == {"a": 1, "w": 1, "z": 1}
+    run = cli.probe().run(run_id)
+    assert run.lease is None
+
+
+def test_unlock_releases_a_lease_of_another_host(cli: CliProject, pg_url: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)
+    cli.journal = pg_url
+    cli.tools(TOOLS)
+    cli.plan("hold", HOLD)
+    monkeypatch.setenv("PLANRUN_TEST_HOST", "alpha")
+    alpha = cli.start("execute", "hold", "--json", name="alpha")
+    cli.wait_started("w", alpha)
+    run_id = cli.probe().run_ids()[0]
+    os.killpg(alpha.pid, signal.SIGKILL)
+    alpha.wait(timeout=TIMEOUT_S)
+    monkeypatch.setenv("PLANRUN_TEST_HOST", "beta")
+    assert cli.run("resume", run_id, "--json").returncode == 5
+    u = cli.run("unlock", run_id)
+    assert u.returncode == 0, u
+    assert "alpha:" in u.stdout, u
+    cli.touch("go")
+    r = cli.run("resume", run_id, "--json")
+    assert r.returncode == 0, r
+    assert cli.counts() == {"a": 1, "w": 1, "z": 1}
+
+
+def test_four_processes_on_four_runs_at_once(cli: CliProject, pg_url: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)
+    cli.journal = pg_url
+    cli.tools(TOOLS)
+    cli.plan("fan", """
+        planrun: 1
+        goal: many small writes
+        steps:
+          - {id: a, tool: once, arguments: {label: a}}
+          - id: f
+            tool: idem
+            depends_on: [a]
+            for_each: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
+            arguments: {value: "{item}"}
+          - {id: z, tool: once, depends_on: [f], arguments: {label: z}}
+    """)
+    procs = []
+    for host in ("h1", "h2", "h3", "h4"):
+        monkeypatch.setenv("PLANRUN_TEST_HOST", host)
+        procs.append(cli.start("execute", "fan", "--json", name=host))
+    results = [cli.finish(p) for p in procs]
+    for r in results:
+        assert r.returncode == 0, r
+        assert r.json["status"] == "completed", r
+        assert "error" not in r.stderr.lower(), r
+    assert len({r.json["run_id"] for r in results}) == 4
+    counts = cli.counts()
+    assert counts["a"] == counts["z"] == 4
+    assert all(counts[f"f#{i}"] == 4 for i in range(20))
+
+
+# --- the server restarts in the middle of a run ---------------------------------------------------
+
+
+@pytest.fixture
+def own_cluster() -> Any:
+    """A cluster of this test's own (it is restarted)."""
+    from pgcluster import Cluster, server_bindir
+
+    bindir = server_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server installed")
+    cluster = Cluster.start(bindir)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.postgres
+def test_a_server_restart_mid_run_fails_cleanly_and_resume_completes(
+        cli: CliProject, own_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = own_cluster.database("restart")
+    monkeypatch.setenv("PLANRUN_JOURNAL", url)
+    cli.journal = url
+    cli.tools(TOOLS)
+    cli.plan("hold", HOLD)
+    proc = cli.start("execute", "hold", "--json", name="exec")
+    cli.wait_started("w", proc)
+    own_cluster.restart()
+    cli.touch("go")
+    r = cli.finish(proc)
+    text = one_error(r)
+    assert "lost the connection to the PostgreSQL journal" in text, r
+    run_id = cli.probe().run_ids()[0]
+    r = cli.run("resume", run_id, "--json")
+    assert r.returncode == 0, r
+    assert r.json["status"] == "completed"
+    counts = cli.counts()
+    assert counts["a"] == 1  # what was committed stayed committed
+    assert counts["z"] == 1
+    assert 1 <= counts["w"] <= 2  # idempotent: its outcome was lost, so it ran again
+
+
+# --- SQL written once, for both backends ------------------------------------------------------
+
+
+def test_placeholders_become_psycopg_style_outside_literals() -> None:
+    pytest.importorskip("psycopg")
+    from planrun.journal.backends.postgres import pg_sql, pg_statement
+
+    assert pg_sql("SELECT a FROM t WHERE b = ? AND c IN (?, ?)") == \
+        "SELECT a FROM t WHERE b = %s AND c IN (%s, %s)"
+    assert pg_sql("SELECT '?', \"x?\", ? WHERE d LIKE ? ESCAPE '\\'") == \
+        "SELECT '?', \"x?\", %s WHERE d LIKE %s ESCAPE '\\'"
+    assert pg_sql("SELECT 'it''s ?', 5 % 2, ?") == "SELECT 'it''s ?', 5 %% 2, %s"
+    assert pg_statement("CREATE TABLE x (id INTEGER PRIMARY KEY, n INTEGER NOT NULL, "
+                        "f REAL) WITHOUT ROWID") == (
+        "CREATE TABLE x (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, "
+        "n BIGINT NOT NULL, f DOUBLE PRECISION)")
+
+
+def test_every_sqlite_migration_has_a_postgresql_statement(pg_url: str) -> None:
+    """Each migration step applies on PostgreSQL, one version after another."""
+    import psycopg
+
+    from planrun.journal.backends.postgres import pg_statement
+    from planrun.journal.schema import MIGRATIONS
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for version, statements in enumerate(MIGRATIONS):
+            with conn.transaction():
+                for statement in statements:
+                    conn.execute(pg_statement(statement).encode())
+            assert version < SCHEMA_VERSION
+
+
+def test_without_psycopg_a_postgresql_journal_is_one_message(cli: CliProject,
+                                                             tmp_path: Path) -> None:
+    """psycopg is an optional extra: without it, exit 6 and what to install."""
+    code = ("import sys; sys.modules['psycopg'] = None; from planrun.cli import main; "
+            "sys.argv = ['planrun', *sys.argv[1:]]; main()")
+    url = f"postgresql://alice:s3cret@/planrun?host={tmp_path}"
+    proc = subprocess.run([sys.executable, "-c", code, "runs", "--journal", url],
+                          cwd=cli.root, env=cli.env(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S, check=False)
+    r = Result(argv=["runs"], returncode=proc.returncode, stdout=proc.stdout,
+               stderr=proc.stderr)
+    text = one_error(r)
+    assert "pip install 'planrun[postgres]'" in text
+    assert "s3cret" not in r.stdout + r.stderr
