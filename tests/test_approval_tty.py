@@ -529,3 +529,15 @@ def test_resume_on_a_terminal_asks_only_for_what_approve_left(proj: Project) -> 
     status, rest = finish(child)
     assert status == 0, rest
     assert calls(proj) == ["prepare", "drop", "purge"]
+
+
+def test_a_no_at_resume_of_an_awaiting_run_denies_it(proj: Project) -> None:
+    run_id = deferred(proj)
+    child = spawn(proj, "resume", run_id)
+    child.expect(PROMPT_DROP)
+    child.sendline("n")
+    status, rest = finish(child)
+    assert status == 4
+    assert "Traceback" not in rest
+    assert last_run(proj)["status"] == "denied"
+    assert calls(proj) == []

@@ -464,3 +464,34 @@ def test_two_approve_resume_at_once_run_each_effect_once(proj: CliProject) -> No
     assert proj.counts() == {"prep": 1, "drop": 1, "purge": 1}
     granted = [d.step_id for d in proj.probe().approvals(run_id) if d.granted]
     assert sorted(granted) == ["drop", "purge"]  # each decided once
+
+
+# --- the api (what the MCP server calls) ------------------------------------------------------
+
+
+def test_api_execute_defer_approval_never_asks_and_reports_exit_4(proj: CliProject) -> None:
+    from planrun import api
+    from planrun.approval import ScriptedApprover
+
+    asked: list[str] = []
+
+    class Recording(ScriptedApprover):
+        def decide(self, requests: Any) -> Any:
+            asked.extend(r.step_id for r in requests)
+            return super().decide(requests)
+
+    settings = api.load_settings(project=proj.root)
+    outcome = api.execute(settings, "two", api.param_input([], None),
+                          approver=Recording({"drop": True, "purge": True}),
+                          defer_approval=True)
+    assert isinstance(outcome, api.RunOutcome)
+    assert asked == []  # deferring: the approver is not used, even when there is one
+    assert outcome.status == "awaiting_approval"
+    assert outcome.exit_code == 4
+    run_id = outcome.manifest["run_id"]
+    assert outcome.manifest["approval"]["approve"] == f"planrun approve {run_id} drop purge"
+    decided = api.approve(settings, run_id, ["drop", "purge"])
+    assert decided["waiting"] == []
+    outcome = api.resume(settings, run_id, defer_approval=True)
+    assert outcome.exit_code == 0, outcome.manifest
+    assert proj.counts() == {"prep": 1, "drop": 1, "purge": 1}

@@ -37,7 +37,7 @@ def approve(
     run: RunArg,
     steps: Annotated[list[str] | None, typer.Argument(
         help="Steps to approve (off a terminal: name them, or give --all).",
-        show_default=False, callback=_texts,
+        show_default=False, callback=_texts, metavar="STEP",
         autocompletion=lambda ctx, args, incomplete: complete_run_steps(
             ctx, args, incomplete))] = None,
     approve_all: Annotated[bool, typer.Option(

@@ -30,11 +30,9 @@ GRACE_S = 10.0
 #: SIGKILL itself at a named point of a step (``STEP#N``: of fan-out item N), so crash
 #: tests are deterministic.
 #: POINT is ``dispatch`` (after the dispatch record commits), ``call`` (after the tool
-#: returned, before the outcome record) or ``outcome`` (after the outcome record commits);
-#: ``approved`` (any STEP text): ``planrun approve`` after its decisions are journaled,
-#: before ``--resume`` drives the run.
+#: returned, before the outcome record) or ``outcome`` (after the outcome record commits).
 CRASH_ENV = "PLANRUN_TEST_CRASH"
-CRASH_POINTS = ("dispatch", "call", "outcome", "approved")
+CRASH_POINTS = ("dispatch", "call", "outcome")
 #: Default bound on fan-out items (SPEC §3 ``max_items``).
 MAX_ITEMS = 10_000
 #: Where a step (or item) can be when it fails before its tool is called: never
