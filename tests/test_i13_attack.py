@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,49 @@ def test_a_planner_command_does_not_outlive_a_killed_planrun(tmp_path: Path) -> 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_mcp_reads_and_resumes_only_runs_of_its_own_project(tmp_path: Path) -> None:
+    """A journal shared by projects (the default: one per user): the server of project A
+    cannot read the outputs of, or resume, a run of project B (``unknown_run``)."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    journal = tmp_path / "shared.sqlite3"
+    env = {**os.environ, "PLANRUN_JOURNAL": str(journal)}
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    for folder in (other, mine):
+        folder.mkdir()
+        subprocess.run([*PLANRUN, "init"], cwd=folder, env=env, check=True,
+                       capture_output=True, stdin=subprocess.DEVNULL)
+    (other / "plans" / "secretive.yaml").write_text(
+        "planrun: 1\ngoal: other project\nsteps:\n"
+        "  - {id: s1, tool: say, arguments: {text: OTHER-PROJECT-DATA}}\n", encoding="utf-8")
+    done = subprocess.run([*PLANRUN, "execute", "secretive", "--json"], cwd=other, env=env,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    run_id = json.loads(done.stdout)["run_id"]
+    results: dict[str, Any] = {}
+
+    async def main() -> None:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "planrun", "mcp", "-C", str(mine), "--journal", str(journal)],
+            env=env)
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
+            await session.initialize()
+            for name, args in (("run_output", {"run": run_id, "step": "s1"}),
+                               ("run_status", {"run": run_id}),
+                               ("run_log", {"run": run_id}),
+                               ("resume_run", {"run": run_id})):
+                results[name] = await session.call_tool(name, args)
+
+    anyio.run(main)
+    for name, result in results.items():
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        assert result.is_error, (name, text)
+        assert "OTHER-PROJECT-DATA" not in text, name
+        assert "unknown_run" in text, (name, text)
