@@ -110,3 +110,24 @@ def test_mcp_reads_and_resumes_only_runs_of_its_own_project(tmp_path: Path) -> N
         assert result.is_error, (name, text)
         assert "OTHER-PROJECT-DATA" not in text, name
         assert "unknown_run" in text, (name, text)
+
+
+def test_plan_out_never_replaces_a_file_that_is_not_a_regular_file(tmp_path: Path) -> None:
+    """``--out /dev/stdout`` (or any device, FIFO) must not be replaced by a plan file."""
+    env = {**os.environ, "PLANRUN_JOURNAL": str(tmp_path / "j.sqlite3")}
+    subprocess.run([*PLANRUN, "init"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, stdin=subprocess.DEVNULL)
+    (tmp_path / "pl.py").write_text(
+        "import json, sys\njson.load(sys.stdin)\n"
+        "print(json.dumps({'planrun': 1, 'name': 'x', 'goal': 'g', 'steps': "
+        "[{'id': 'a', 'tool': 'say', 'arguments': {'text': 'hi'}}]}))\n", encoding="utf-8")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = subprocess.run([*PLANRUN, "plan", "g", "--planner", "cmd:python3 pl.py",
+                           "--out", str(fifo)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=60)
+    import stat
+
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced by a plan file"
+    assert done.returncode == 2, done.stderr
+    assert "error[usage]" in done.stderr and "Traceback" not in done.stderr
