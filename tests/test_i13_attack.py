@@ -130,4 +130,5 @@ def test_plan_out_never_replaces_a_file_that_is_not_a_regular_file(tmp_path: Pat
 
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced by a plan file"
     assert done.returncode == 2, done.stderr
-    assert "error[usage]" in done.stderr and "Traceback" not in done.stderr
+    assert "error[usage]" in done.stderr
+    assert "Traceback" not in done.stderr
