@@ -236,6 +236,25 @@ class Session:
         return _failure(_usage(f"plan {plan!r} is outside the project folder; name a plan "
                                "of the project (or give an inline plan as 'text')"))
 
+    def _foreign(self, run: str) -> CallToolResult | None:
+        """A tool error (``unknown_run``) when ``run`` is a run of another project.
+
+        A journal may be shared by projects (the default: one per user); a client reads
+        and resumes this project's runs only, as ``list_runs`` lists them.
+        """
+        try:
+            run_id = api.status(self.settings, run)["run_id"]
+            mine = {r.get("run_id") for r in api.runs(self.settings)}
+        except PlanrunError:
+            return None  # the tool itself says what is wrong
+        if run_id in mine:
+            return None
+        from .errors import RunError
+
+        return _failure(RunError(f"no run {run!r} of this project "
+                                 f"({self.settings.project})", code="unknown_run",
+                                 hint="List this project's runs with list_runs."))
+
     # --- the tools --------------------------------------------------------------------
 
     def list_tools(self) -> CallToolResult:
@@ -366,6 +385,9 @@ class Session:
         (``planrun approve RUN``). Result as ``execute_plan``'s; a run still waiting
         for a person stays ``awaiting_approval``.
         """
+        foreign = self._foreign(run)
+        if foreign is not None:
+            return foreign
         secrets = self._run_secrets(run, params)
         given = self._given(params)
         try:
@@ -381,6 +403,9 @@ class Session:
 
         Status, counts, and each step with its status, attempts, error.
         """
+        foreign = self._foreign(run)
+        if foreign is not None:
+            return foreign
         try:
             m = api.status(self.settings, run)
         except PlanrunError as exc:
@@ -401,6 +426,9 @@ class Session:
 
     def run_log(self, run: RunRef = "last") -> CallToolResult:
         """A run's events in order (``planrun log --json``, without tracebacks)."""
+        foreign = self._foreign(run)
+        if foreign is not None:
+            return foreign
         try:
             run_id, events = api.log(self.settings, run)
         except PlanrunError as exc:
@@ -415,6 +443,9 @@ class Session:
     def run_output(self, step: StepRef, run: RunRef = "last", item: Item = None
                    ) -> CallToolResult:
         """One succeeded step's output (``planrun output RUN STEP``): ``{"output"}``."""
+        foreign = self._foreign(run)
+        if foreign is not None:
+            return foreign
         try:
             value = api.output(self.settings, run, step, item)
         except PlanrunError as exc:

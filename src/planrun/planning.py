@@ -279,6 +279,8 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     final.update({k: v for k, v in data.items() if k not in ("planrun", "name", "revision")})
     text = render(final, target.suffix)
     try:
+        if target.exists() and not target.is_file():  # a device, a FIFO: never replaced
+            raise OSError(0, "not a regular file")
         _write(target, text)
     except OSError as exc:
         session.fail({"code": "usage", "message": f"cannot write {target}: "

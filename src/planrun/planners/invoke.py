@@ -101,6 +101,7 @@ def _terminate_raises() -> Any:
 
 
 def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) -> bytes:
+    from .. import procs
     from ..tools import PARAM_ENV_PREFIX
 
     argv = list(planner.argv or ())
@@ -109,12 +110,19 @@ def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) ->
             tempfile.TemporaryFile() as ferr:
         fin.write(json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         fin.seek(0)
+        # The keeper ends the planner's group if planrun dies (SIGKILL) while it runs,
+        # as for a tool's command (SPEC §12).
+        keeper = procs.Keeper()
+        keeper.start()
         try:
             proc = subprocess.Popen(argv, cwd=planner.folder, env=env, stdin=fin,
-                                    stdout=fout, stderr=ferr, process_group=0)
+                                    stdout=fout, stderr=ferr, process_group=0,
+                                    preexec_fn=keeper.preexec)
         except OSError as exc:
+            keeper.close()
             raise PlannerFailed(f"cannot start the planner {argv[0]!r}: "
                                 f"{exc.strerror or exc}") from None
+        keeper.add(proc.pid)
         try:
             with _terminate_raises():
                 code = proc.wait(planner.timeout)
@@ -127,6 +135,9 @@ def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) ->
             _kill_group(proc.pid)
             proc.wait()
             raise
+        finally:
+            keeper.remove(proc.pid)
+            keeper.close()
         _kill_group(proc.pid)  # what it left behind
         if code != 0:
             size = ferr.seek(0, os.SEEK_END)
