@@ -50,6 +50,7 @@ PAGES = sorted(DOCS.glob("*.md"))
 REQUIRED_PAGES = {
     "index.md", "plans.md", "params-and-placeholders.md", "tools-and-contracts.md",
     "approvals-and-policy.md", "journal-and-resume.md", "ci.md", "exit-and-error-codes.md",
+    "planners.md", "repair.md", "agents.md", "postgres-journal.md",
 }
 WORKFLOW = DOCS / "github-actions-example.yml"
 FORKSERVER = Path(__file__).with_name("planrun_forkserver.py")
