@@ -554,6 +554,12 @@ def test_a_fenced_handle_writes_nothing_of_its_group_commit(pg_url: str) -> None
         with pytest.raises(LeaseLost, match="is now held by"):
             first.flush()
         first.drop_deferred()
+        # Item 0 is not claimable (it runs): the lost lease, checked earlier in the same
+        # transaction, is still the error reported.
+        first.claim_items(RUN, "fan", _claims([0]), root_run_id=RUN, defer=True)
+        with pytest.raises(LeaseLost, match="is now held by"):
+            first.flush()
+        first.drop_deferred()
     with Journal(pg_url, write=False) as j:
         assert [it.status for it in j.items(RUN, "fan")] == ["running"] + ["pending"] * 3
         kinds = [(e.kind, e.item) for e in j.event_records(RUN)]

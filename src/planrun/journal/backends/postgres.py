@@ -14,9 +14,11 @@ Decisions (``docs/postgres-journal.md``):
   ``clock_timestamp()`` in seconds since the epoch (the database clock), ``json_array`` a
   ``string_agg`` that gives exactly SQLite's compact text.
 - **Round trips.** Inside a write transaction statements are bound on the client and
-  sent together with the next statement whose result is read (:class:`PgConnection`):
-  ``BEGIN`` and the lock go with the first read, events and keys with the next read or
-  ``COMMIT`` — about 4 round trips per chain step instead of 9.
+  sent together with the next statement whose result is read (:class:`PgConnection`).
+  The journal's checks of results (the lease guard, rowcounts) are deferred to just
+  before ``COMMIT`` (:meth:`PgConnection.defer_check`): a chain step is one round trip
+  for ``BEGIN``, the lock and every write, and one for ``COMMIT`` (9 without batching).
+  Fan-out items are claimed with ``FOR UPDATE SKIP LOCKED`` (``CLAIM_SQL``).
 - **Writes.** Every write transaction starts with ``pg_advisory_xact_lock`` on a key of
   this journal (one database): write transactions of all processes on all hosts are
   serialized as SQLite's ``BEGIN IMMEDIATE`` serializes them, so every guarded write
@@ -253,6 +255,19 @@ class PgConnection:
         for result, ok, fail in checks:
             if not ok(result):
                 raise fail()
+
+    def failed_check(self) -> BaseException | None:
+        """The error of the first deferred check that fails on results already back.
+
+        For a transaction that failed for another reason before ``COMMIT``: a lost lease
+        found by a check made earlier in it is the error to report (as when checked at
+        once). Sends nothing.
+        """
+        checks, self._checks = self._checks, []
+        for result, ok, fail in checks:
+            if getattr(result, "_ready", True) and not ok(result):
+                return fail()
+        return None
 
     def send_batch(self) -> None:
         """Send the statements batched so far in one round trip; fill in their results."""
@@ -515,9 +530,12 @@ class PostgresBackend:
             conn.run_checks()  # the lease guard and rowcounts: nothing commits unchecked
             conn.execute("COMMIT")
             conn.send_batch()
-        except BaseException:
+        except BaseException as exc:
+            earlier = None if isinstance(exc, psycopg.Error) else conn.failed_check()
             conn.end_batch()
             conn.rollback()
+            if earlier is not None:
+                raise earlier from None
             raise
         finally:
             conn.end_batch()
