@@ -163,6 +163,7 @@ def test_name_and_out(proj: Project, tmp_path: Path) -> None:
     assert result.stderr == ""
     assert "name: hello-world" in (proj.plans / "hello-world.yaml").read_text()
     out = tmp_path / "elsewhere" / "p.json"
+    out.parent.mkdir()  # --out's folder must exist (test_out_into_a_missing_folder_...)
     result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out",
                      str(out))
     assert result.returncode == 0, result.stderr
@@ -334,3 +335,33 @@ def test_execute_planner_dry_run_plans_but_runs_nothing(proj: Project) -> None:
     assert out["order"] == ["hello"]
     assert (proj.plans / "greet.yaml").exists()
     assert calls(proj) == []
+
+
+def test_an_empty_out_is_a_usage_error(proj: Project) -> None:
+    answers(proj, GOOD)
+    result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out", "")
+    assert result.returncode == 2, result.stderr
+    assert "error[usage]" in result.stderr
+    assert "--out is empty" in result.stderr
+    assert "busy" not in result.stderr
+    assert requests(proj) == []  # the planner was never asked
+
+
+def test_out_into_a_missing_folder_is_refused_naming_it(proj: Project, tmp_path: Path) -> None:
+    answers(proj, GOOD)
+    missing = tmp_path / "nosuch" / "deeper"
+    result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out",
+                     str(missing / "p.yaml"))
+    assert result.returncode == 2, result.stderr
+    assert "error[usage]" in result.stderr
+    assert f"{missing}" in result.stderr
+    assert "does not exist" in result.stderr
+    assert not (tmp_path / "nosuch").exists()
+    assert requests(proj) == []
+    # the plans folder itself is created when missing, also as --out's folder
+    shutil.rmtree(proj.plans, ignore_errors=True)
+    result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out",
+                     "plans/mine.yaml")
+    assert result.returncode == 0, result.stderr
+    assert (proj.plans / "mine.yaml").is_file()
+
