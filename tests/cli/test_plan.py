@@ -365,3 +365,16 @@ def test_out_into_a_missing_folder_is_refused_naming_it(proj: Project, tmp_path:
     assert result.returncode == 0, result.stderr
     assert (proj.plans / "mine.yaml").is_file()
 
+
+def test_a_callable_planner_that_changes_folder_does_not_change_the_shown_path(
+        proj: Project) -> None:
+    proj.write("wanderer.py", "import os\n\n\ndef plan(request):\n    os.chdir('/')\n"
+               "    return {'planrun': 1, 'name': 'greet', 'goal': request['goal'],\n"
+               "            'steps': [{'id': 'a', 'tool': 'echo', "
+               "'arguments': {'value': 1}}]}\n")
+    result, out = run_json(proj, "plan", "greet people", "--planner",
+                           "python:wanderer:plan")
+    assert result.returncode == 0, result.stderr
+    assert out["file"] == str(Path("plans") / "greet.yaml")
+    assert f"to {Path('plans') / 'greet.yaml'} in 1 round" in result.stderr
+    assert (proj.plans / "greet.yaml").is_file()
