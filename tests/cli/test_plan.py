@@ -378,3 +378,40 @@ def test_a_callable_planner_that_changes_folder_does_not_change_the_shown_path(
     assert out["file"] == str(Path("plans") / "greet.yaml")
     assert f"to {Path('plans') / 'greet.yaml'} in 1 round" in result.stderr
     assert (proj.plans / "greet.yaml").is_file()
+
+
+def test_a_sigkilled_plan_leaves_a_session_the_next_reader_settles_interrupted(
+        proj: Project) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from harness import PLANRUN
+
+    proj.write("slow.py", "import os, sys, time\nsys.stdin.read()\n"
+               "open('planner.pid', 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    proc = subprocess.Popen([*PLANRUN, "plan", "g", "--planner",
+                             f"cmd:{shlex.quote(sys.executable)} slow.py"], cwd=proj.root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = proj.root / "planner.pid"
+    try:
+        for _ in range(400):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        planner = int(pid_file.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.kill(planner, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    _, rows = run_json(proj, "runs")
+    assert [r["status"] for r in rows] == ["refused"]  # not `planning` forever
+    _, events = run_json(proj, "log", rows[0]["run_id"])
+    finished = [e for e in events if e["kind"] == "run_finished"]
+    assert [e["data"] for e in finished] == [{"status": "refused", "code": "interrupted"}]
+    _, shown = run_json(proj, "status", rows[0]["run_id"])
+    assert shown["status"] == "refused"
