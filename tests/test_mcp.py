@@ -451,6 +451,29 @@ def test_bad_arguments_are_tool_errors_without_a_traceback(agent_project: Path) 
     assert "Traceback" not in _server_err(agent_project)
 
 
+def test_arguments_against_the_input_schema_are_usage_errors_in_the_documented_shape(
+        agent_project: Path) -> None:
+    async def body(session: ClientSession) -> Any:
+        return [await _call(session, "execute_plan", plan=7),
+                await _call(session, "execute_plan"),
+                await _call(session, "list_runs", limit="many"),
+                await _call(session, "run_status", run=["a"]),
+                await _call(session, "run_output", step="x", item=-1)]
+
+    results = _serve(agent_project, body)
+    for result, words in zip(results, ["plan", "plan", "limit", "run", "item"], strict=True):
+        assert result.is_error is True
+        error = result.structured_content["error"]
+        assert (error["code"], error["exit_status"]) == ("usage", 2)
+        assert set(error) == {"code", "message", "hint", "exit_status"}
+        assert result.structured_content["ok"] is False
+        assert words in error["message"]
+        assert result.content[0].text.startswith("error[usage]: ")
+        assert "pydantic" not in result.content[0].text
+    assert _effects(agent_project) == []
+    assert "Traceback" not in _server_err(agent_project)
+
+
 def test_stdout_carries_only_protocol_messages_and_the_server_exits_with_its_client(
         agent_project: Path) -> None:
     # The raw wire, no SDK client: every line on the server's stdout is a JSON-RPC message

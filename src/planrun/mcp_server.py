@@ -37,7 +37,7 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
@@ -510,12 +510,23 @@ class StrictArguments:
     The SDK ignores unknown arguments; here ``approve_all: true`` (or any misspelt
     argument) is a tool error naming it, not silently dropped.
 
+    Arguments are also checked against the tool's input schema (as ``tools/list`` shows
+    it) here: a wrong type, a value out of range or a missing required argument is a
+    planrun ``usage`` error (exit status 2) in the shape of every planrun error, not the
+    SDK's validation text.
+
     Args:
         accepted: tool name → the argument names it declares.
+
+    Attributes:
+        listed: the server's ``list_tools`` (async): where the input schemas are read from,
+            at the first call.
     """
 
     def __init__(self, accepted: dict[str, set[str]]) -> None:
         self.accepted = accepted
+        self.listed: Callable[[], Awaitable[list[Any]]] | None = None
+        self.schemas: dict[str, dict[str, Any]] | None = None
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         """Refuse the call (a tool result, ``isError`` true) or pass it on.
@@ -541,7 +552,28 @@ class StrictArguments:
                     return _failure(_usage(
                         f"{params['name']} does not take {', '.join(map(repr, unknown))}; "
                         f"it takes: {takes}"))
+            if self.schemas is None and self.listed is not None:
+                self.schemas = {t.name: dict(t.input_schema) for t in await self.listed()}
+            schema = (self.schemas or {}).get(str(params.get("name")))
+            if schema is not None:
+                wrong = _schema_error(schema, given if given is not None else {})
+                if wrong is not None:
+                    return _failure(_usage(f"{params['name']}: {wrong}"))
         return await call_next(ctx)
+
+
+def _schema_error(schema: dict[str, Any], arguments: Any) -> str | None:
+    """The first way ``arguments`` break ``schema`` (one line, naming the argument), or None."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    error = errors[0]
+    where = ".".join(str(p) for p in error.absolute_path)
+    message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
+    return f"argument {where!r}: {message}" if where else message
 
 
 def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
@@ -558,11 +590,13 @@ def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
     import inspect
 
     accepted = {fn.__name__: set(inspect.signature(fn).parameters) for fn, _ in tools}
+    strict = StrictArguments(accepted)
     server: MCPServer[Any] = MCPServer(
         name="planrun", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING",
-        subscriptions=False, middleware=[StrictArguments(accepted)])
+        subscriptions=False, middleware=[strict])
     for fn, hints in tools:
         server.add_tool(fn, name=fn.__name__, annotations=hints)
+    strict.listed = server.list_tools
     return server
 
 

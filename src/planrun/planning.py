@@ -156,6 +156,27 @@ def _existing(settings: Any, name: str | None, out: str | None) -> Path | None:
         return None
 
 
+def _checked_out(settings: Any, out: str | None) -> str | None:
+    """``--out`` as an absolute path, checked before the planner is asked.
+
+    Raises:
+        UsageError: it is empty, or its folder does not exist (only the project's plans
+            folder is created when missing), exit 2.
+    """
+    if out is None:
+        return None
+    if not out.strip():
+        raise UsageError("--out is empty: give the file to write the plan to",
+                         hint="e.g. --out plans/backup.yaml")
+    target = Path(out).absolute()
+    folder = target.parent
+    plans = Path(settings.plans_dir).absolute()
+    if not folder.is_dir() and folder != plans:
+        raise UsageError(f"--out {out}: the folder {folder} does not exist",
+                         hint=f"Create it first (mkdir -p {folder}), or give another path.")
+    return str(target)
+
+
 def _previous(path: Path | None) -> tuple[Any, str | None, int | None]:
     """(document or None, text or None, revision or None) of the file being replaced."""
     if path is None:
@@ -197,7 +218,8 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
         max_rounds: the bound (default: the planner table's ``max_rounds``, else 3).
         given: parameter values (``ParamInput``): sent to the planner (secrets as
             references) and used to validate.
-        out: write here instead of the plans folder.
+        out: write here instead of the plans folder (its folder must exist, unless it is
+            the project's plans folder).
         concrete: validate with concrete values (``execute --planner``); default: when
             values were given.
         on_round: called after each round with its report (None: accepted).
@@ -206,8 +228,8 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
         What was written (:class:`Planned`).
 
     Raises:
-        UsageError: an empty goal, a bad ``--name``, a malformed ``--planner``, a file
-            that cannot be written (exit 2).
+        UsageError: an empty goal, a bad ``--name``, a malformed ``--planner``, an empty
+            ``out`` or one in a missing folder, a file that cannot be written (exit 2).
         Refused: the registry or configuration is invalid (``registry``/``config``), or no
             plan within the bound (``replan_exhausted``, with the last report), exit 3.
         JournalError: the journal is unusable (exit 6).
@@ -231,6 +253,7 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     if name is not None and not NAME_RE.fullmatch(name):
         raise UsageError(f"--name {name!r}: a plan name is letters, digits, '.', '_' and "
                          "'-' (starting with a letter or digit, at most 100 characters)")
+    out = _checked_out(settings, out)
     who = resolve_planner(settings, planner)
     rounds = max_rounds or who.max_rounds or DEFAULT_MAX_ROUNDS
     registry = load_registry(settings)

@@ -25,8 +25,25 @@ def _reader(settings: Settings, write: bool = False) -> Any:
     return journal
 
 
+def _settle_planning(settings: Settings) -> None:
+    """End the planning sessions of dead ``planrun plan`` processes (code ``interrupted``).
+
+    Best effort, before ``status`` or ``runs`` reads a session still ``planning``: a
+    journal this process cannot write is read as it is.
+    """
+    import contextlib
+
+    from .errors import JournalError
+
+    with contextlib.suppress(JournalError, OSError), _reader(settings, write=True) as journal:
+        journal.settle_dead_planning()
+
+
 def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
     """The manifest of a run (id, unique prefix, or ``last``: this project's latest run).
+
+    A planning session whose ``planrun plan`` died is settled first (``refused``, code
+    ``interrupted``).
 
     Raises:
         RunError: ``unknown_run`` (exit 5).
@@ -34,7 +51,12 @@ def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
     from . import manifest
 
     with _reader(settings) as journal:
-        return manifest.build(journal, journal.resolve_run_id(run_ref))
+        shown = manifest.build(journal, journal.resolve_run_id(run_ref))
+    if shown.get("status") != "planning":
+        return shown
+    _settle_planning(settings)
+    with _reader(settings) as journal:
+        return manifest.build(journal, journal.resolve_run_id(shown["run_id"]))
 
 
 def runs(settings: Settings, *, plan: str | None = None, status: str | None = None,
@@ -42,11 +64,19 @@ def runs(settings: Settings, *, plan: str | None = None, status: str | None = No
     """Run summaries, newest first: this project's (``all_projects``: every project's).
 
     Each has ``project``: the folder the run was started in (None for runs journaled
-    before planrun recorded it; those are listed with every project).
+    before planrun recorded it; those are listed with every project). Planning sessions of
+    dead ``planrun plan`` processes are settled first (``refused``, code ``interrupted``).
     """
-    with _reader(settings) as journal:
-        return list(journal.list_runs(plan=plan, status=status, limit=limit,
-                                      project=None if all_projects else journal.project))
+    def listed() -> list[dict[str, Any]]:
+        with _reader(settings) as journal:
+            return list(journal.list_runs(plan=plan, status=status, limit=limit,
+                                          project=None if all_projects else journal.project))
+
+    rows = listed()
+    if not any(r.get("status") == "planning" for r in rows):
+        return rows
+    _settle_planning(settings)  # a session of a dead `planrun plan` is shown settled
+    return listed()
 
 
 def log(settings: Settings, run_ref: str = "last") -> tuple[str, list[dict[str, Any]]]:

@@ -163,6 +163,7 @@ def test_name_and_out(proj: Project, tmp_path: Path) -> None:
     assert result.stderr == ""
     assert "name: hello-world" in (proj.plans / "hello-world.yaml").read_text()
     out = tmp_path / "elsewhere" / "p.json"
+    out.parent.mkdir()  # --out's folder must exist (test_out_into_a_missing_folder_...)
     result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out",
                      str(out))
     assert result.returncode == 0, result.stderr
@@ -334,3 +335,83 @@ def test_execute_planner_dry_run_plans_but_runs_nothing(proj: Project) -> None:
     assert out["order"] == ["hello"]
     assert (proj.plans / "greet.yaml").exists()
     assert calls(proj) == []
+
+
+def test_an_empty_out_is_a_usage_error(proj: Project) -> None:
+    answers(proj, GOOD)
+    result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out", "")
+    assert result.returncode == 2, result.stderr
+    assert "error[usage]" in result.stderr
+    assert "--out is empty" in result.stderr
+    assert "busy" not in result.stderr
+    assert requests(proj) == []  # the planner was never asked
+
+
+def test_out_into_a_missing_folder_is_refused_naming_it(proj: Project, tmp_path: Path) -> None:
+    answers(proj, GOOD)
+    missing = tmp_path / "nosuch" / "deeper"
+    result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out",
+                     str(missing / "p.yaml"))
+    assert result.returncode == 2, result.stderr
+    assert "error[usage]" in result.stderr
+    assert f"{missing}" in result.stderr
+    assert "does not exist" in result.stderr
+    assert not (tmp_path / "nosuch").exists()
+    assert requests(proj) == []
+    # the plans folder itself is created when missing, also as --out's folder
+    shutil.rmtree(proj.plans, ignore_errors=True)
+    result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "--out",
+                     "plans/mine.yaml")
+    assert result.returncode == 0, result.stderr
+    assert (proj.plans / "mine.yaml").is_file()
+
+
+def test_a_callable_planner_that_changes_folder_does_not_change_the_shown_path(
+        proj: Project) -> None:
+    proj.write("wanderer.py", "import os\n\n\ndef plan(request):\n    os.chdir('/')\n"
+               "    return {'planrun': 1, 'name': 'greet', 'goal': request['goal'],\n"
+               "            'steps': [{'id': 'a', 'tool': 'echo', "
+               "'arguments': {'value': 1}}]}\n")
+    result, out = run_json(proj, "plan", "greet people", "--planner",
+                           "python:wanderer:plan")
+    assert result.returncode == 0, result.stderr
+    assert out["file"] == str(Path("plans") / "greet.yaml")
+    assert f"to {Path('plans') / 'greet.yaml'} in 1 round" in result.stderr
+    assert (proj.plans / "greet.yaml").is_file()
+
+
+def test_a_sigkilled_plan_leaves_a_session_the_next_reader_settles_interrupted(
+        proj: Project) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from harness import PLANRUN
+
+    proj.write("slow.py", "import os, sys, time\nsys.stdin.read()\n"
+               "open('planner.pid', 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    proc = subprocess.Popen([*PLANRUN, "plan", "g", "--planner",
+                             f"cmd:{shlex.quote(sys.executable)} slow.py"], cwd=proj.root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = proj.root / "planner.pid"
+    try:
+        for _ in range(400):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.05)
+        planner = int(pid_file.read_text())
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.kill(planner, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    _, rows = run_json(proj, "runs")
+    assert [r["status"] for r in rows] == ["refused"]  # not `planning` forever
+    _, events = run_json(proj, "log", rows[0]["run_id"])
+    finished = [e for e in events if e["kind"] == "run_finished"]
+    assert [e["data"] for e in finished] == [{"status": "refused", "code": "interrupted"}]
+    _, shown = run_json(proj, "status", rows[0]["run_id"])
+    assert shown["status"] == "refused"

@@ -200,10 +200,21 @@ def _call(planner: Planner, request: dict[str, Any], secrets: Secrets) -> Any:
 
     # What the callable prints goes to stderr (stdout is for the plan). The redirection is
     # undone here, in this thread, also when the callable is abandoned at its timeout.
+    # A callable that changes the working folder (os.chdir) changes nothing planrun
+    # resolves or shows afterwards: the folder is restored when it returns (or is abandoned).
+    try:
+        folder: str | None = os.getcwd()
+    except OSError:  # the working folder was removed: nothing to restore
+        folder = None
     with stdout_to_stderr():
         worker = threading.Thread(target=run, name="planrun-planner", daemon=True)
         worker.start()
-        worker.join(planner.timeout)
+        try:
+            worker.join(planner.timeout)
+        finally:
+            if folder is not None:
+                with contextlib.suppress(OSError):
+                    os.chdir(folder)
     if worker.is_alive():
         raise PlannerFailed(f"the planner ran past its timeout of {planner.timeout:g} s "
                             "(abandoned)")

@@ -71,18 +71,23 @@ class JournalSession(EventSession):
         super()._add(kind, data)
 
     def start(self) -> None:
-        """Journal the session's run (status ``planning``) before the first round."""
+        """Journal the session's run (status ``planning``, its lease held by this process).
+
+        Before the first round; planning sessions of dead processes are settled first
+        (:meth:`planrun.journal.Journal.settle_dead_planning`).
+        """
         from ..checking import project_key
         from ..journal import Journal, NewRun, now
-        from ..journal.store import new_run_id
+        from ..journal.store import lease_owner, new_run_id
 
         run_id = new_run_id()
         with Journal(self.journal_at, write=True) as journal:
+            journal.settle_dead_planning()  # sessions of planrun processes killed earlier
             journal.begin_planning(NewRun(
                 run_id=run_id, root_run_id=run_id, plan_name=self.name, plan=None,
                 digest="", revision=1, status="planning", created_at=now(),
                 project=project_key(self.settings), goal=self.goal, params=self.params,
-                options=self.options))
+                options=self.options, lease_owner=lease_owner()))
         self.run_id = run_id
 
     def accepted(self, *, plan: Any, digest: str, name: str, revision: int,
