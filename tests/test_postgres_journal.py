@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,9 +25,7 @@ from typing import Any
 import pytest
 
 from harness import asset
-from planrun.errors import JournalError
 from planrun.journal import SCHEMA_VERSION, Journal
-from planrun.journal.store import LeaseLost
 from planrun_cli import TIMEOUT_S, CliProject, Result
 
 TOOLS = asset("registries/record.yaml") + asset("registries/waiting.yaml")
@@ -442,169 +439,3 @@ def test_without_psycopg_a_postgresql_journal_is_one_message(cli: CliProject,
     text = one_error(r)
     assert "pip install 'planrun[postgres]'" in text
     assert "s3cret" not in r.stdout + r.stderr
-
-
-# --- fan-out items: claimed in batches with FOR UPDATE SKIP LOCKED (SPEC §11) -------------
-
-RUN = "0123456789abcdef"
-
-
-def _fan_run(journal: Journal, count: int, owner: str | None = None) -> None:
-    """A run whose step ``fan`` has started with ``count`` pending items."""
-    from planrun.journal import NewRun, now
-
-    journal.create_run(run=NewRun(
-        run_id=RUN, root_run_id=RUN, plan_name="p", plan={"steps": []}, digest="0" * 64,
-        revision=1, status="running", created_at=now(), params={}, contracts={},
-        options={}, plan_file="plans/p.yaml", lease_owner=owner,
-    ), steps=[("fan", 0, "echo")])
-    if owner is not None:
-        journal.take_lease(RUN, owner)
-    journal.fanout_begin(RUN, "fan", count)
-
-
-def _claims(indices: list[int]) -> list[tuple[int, int, str]]:
-    return [(i, 1, f"key-{i}") for i in indices]
-
-
-def test_two_concurrent_claimers_never_get_the_same_item(pg_url: str) -> None:
-    """Two handles (two connections) claim batches of the same pending items at once.
-
-    Every item is claimed exactly once, at attempt 1, with one ``step_started`` event.
-    """
-    import threading
-
-    count, batch = 60, 7
-    with Journal(pg_url, write=True) as j:
-        _fan_run(j, count)
-    got: dict[str, list[int]] = {"a": [], "b": []}
-    start = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def claimer(name: str) -> None:
-        try:
-            with Journal(pg_url, write=True) as j:
-                while True:
-                    pending = [it.index for it in j.items(RUN, "fan")
-                               if it.status == "pending"][:batch]
-                    if not pending:
-                        return
-                    start.wait(timeout=TIMEOUT_S)  # both ask for the same items at once
-                    got[name].extend(j.claim_items(RUN, "fan", _claims(pending),
-                                                   root_run_id=RUN))
-        except threading.BrokenBarrierError:
-            return  # the other claimer found nothing left
-        except BaseException as exc:
-            errors.append(exc)
-            start.abort()
-
-    threads = [threading.Thread(target=claimer, args=(name,)) for name in got]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=TIMEOUT_S)
-    assert not errors, errors
-    assert not set(got["a"]) & set(got["b"]), got
-    assert sorted(got["a"] + got["b"]) == list(range(count))
-    with Journal(pg_url, write=False) as j:
-        items = j.items(RUN, "fan")
-        assert {(it.status, it.attempts, it.idempotency_key) for it in items} == {
-            ("running", 1, f"key-{it.index}") for it in items}
-        started = [e.item for e in j.event_records(RUN) if e.kind == "step_started"
-                   and e.item is not None]
-    assert sorted(started) == list(range(count))
-
-
-def test_items_another_transaction_has_locked_are_skipped_not_waited_for(
-        pg_url: str) -> None:
-    """FOR UPDATE SKIP LOCKED: rows locked by another transaction are left to it."""
-    import psycopg
-
-    with Journal(pg_url, write=True) as j:
-        _fan_run(j, 5)
-        with psycopg.connect(pg_url) as other:  # a transaction holding items 0 and 1
-            other.execute("SELECT item_index FROM items WHERE item_index IN (0, 1) "
-                          "FOR UPDATE").fetchall()
-            assert j.claim_items(RUN, "fan", _claims(list(range(5))),
-                                 root_run_id=RUN) == [2, 3, 4]
-            j.claim_items(RUN, "fan", _claims([0, 1]), root_run_id=RUN, defer=True)
-            with pytest.raises(JournalError, match=r"item\(s\) 0, 1 of step 'fan'"):
-                j.flush()
-            j.drop_deferred()
-            other.rollback()
-        assert j.claim_items(RUN, "fan", _claims([0, 1, 2]), root_run_id=RUN) == [0, 1]
-        assert [it.status for it in j.items(RUN, "fan")] == ["running"] * 5
-
-
-def test_a_fenced_handle_writes_nothing_of_its_group_commit(pg_url: str) -> None:
-    """The lease guard, checked just before COMMIT, rolls the whole batch back.
-
-    A handle whose lease was taken over queues an outcome and the next claims (one group
-    commit, sent to the server before the check): nothing of it is committed.
-    """
-    mine = f"{socket.gethostname()}:{os.getpid()}:aaaaaaaa"
-    with Journal(pg_url, write=True) as first:
-        _fan_run(first, 4, owner=mine)
-        first.claim_items(RUN, "fan", _claims([0]), root_run_id=RUN)
-        with Journal(pg_url, write=True) as second:
-            second.take_lease(RUN, mine)  # the same owner text, a new epoch
-        first.step_finished(RUN, "fan", status="succeeded", key="key-0", output=1, item=0,
-                            defer=True)
-        first.claim_items(RUN, "fan", _claims([1, 2, 3]), root_run_id=RUN, defer=True)
-        with pytest.raises(LeaseLost, match="is now held by"):
-            first.flush()
-        first.drop_deferred()
-        # Item 0 is not claimable (it runs): the lost lease, checked earlier in the same
-        # transaction, is still the error reported.
-        first.claim_items(RUN, "fan", _claims([0]), root_run_id=RUN, defer=True)
-        with pytest.raises(LeaseLost, match="is now held by"):
-            first.flush()
-        first.drop_deferred()
-    with Journal(pg_url, write=False) as j:
-        assert [it.status for it in j.items(RUN, "fan")] == ["running"] + ["pending"] * 3
-        kinds = [(e.kind, e.item) for e in j.event_records(RUN)]
-    assert ("step_succeeded", 0) not in kinds
-    assert [k for k in kinds if k[0] == "step_started" and k[1] is not None] == [
-        ("step_started", 0)]
-
-
-FAN = """
-planrun: 1
-goal: A fan-out of idempotent items, several in flight at once
-steps:
-  - id: fan
-    tool: idem
-    for_each: [a, b, c, d, e, f, g, h]
-    max_parallel: 4
-    arguments: {value: "{item}"}
-"""
-
-
-def test_a_crash_mid_batch_leaves_the_items_resumable(cli: CliProject, pg_url: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGKILL right after a batch of items was claimed: resume runs each item to the end.
-
-    The items of the batch that were called run again under their keys (idempotent), the
-    ones that succeeded before the crash never run again, and nothing is left running.
-    """
-    monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)
-    cli.journal = pg_url
-    cli.tools(TOOLS)
-    cli.plan("fan", FAN)
-    r = cli.run("execute", "fan", "--json", crash="dispatch:fan#5")
-    assert r.returncode == -signal.SIGKILL, r
-    run_id = cli.probe().run_ids()[0]
-    before = {it.index: it.status for it in cli.probe().items("fan", run_id)}
-    assert "running" in before.values(), before
-    done_before = {i for i, st in before.items() if st == "succeeded"}
-    r = cli.run("resume", run_id, "--json")
-    assert r.returncode == 0, r
-    assert r.json["status"] == "completed"
-    items = cli.probe().items("fan", run_id)
-    assert [it.status for it in items] == ["succeeded"] * 8
-    counts = cli.counts()
-    for i in done_before:
-        assert counts[f"fan#{i}"] == 1, counts
-    assert set(counts) == {f"fan#{i}" for i in range(8)}
-    for i in range(8):  # an item called again reused its key
-        assert len({c["key"] for c in cli.calls(f"fan#{i}")}) == 1

@@ -75,12 +75,8 @@ class Attempts(RunParts):
     async def _dispatched(self, step: CheckedStep, key: str, item: int | None,
                           attempt: int) -> None:
         """Journal the dispatch record and wait for its commit (record, then call)."""
-        if item is None:
-            self.journal.step_started(self.run_id, step.id, attempt=attempt, key=key,
-                                      root_run_id=self.root_run_id, defer=True)
-        else:  # the items starting now are claimed in one batch (one commit)
-            self.journal.claim_items(self.run_id, step.id, [(item, attempt, key)],
-                                     root_run_id=self.root_run_id, defer=True)
+        self.journal.step_started(self.run_id, step.id, attempt=attempt, key=key,
+                                  root_run_id=self.root_run_id, item=item, defer=True)
         await self._commit_dispatch(step.id, key, item)
         if item is None:
             self.state[step.id].status = "running"

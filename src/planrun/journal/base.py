@@ -187,53 +187,16 @@ class JournalBase:
         return len(self._deferred)
 
     def _guard(self, conn: Conn, run_id: str) -> None:
-        """Refuse the write unless this handle's owner holds the run's lease at its epoch.
-
-        The lease row is read in the write transaction (which every other writer waits
-        for); on a backend that checks before ``COMMIT`` (:meth:`_expect`) the check is
-        made there, and a lost lease rolls the whole transaction back: nothing is written.
-        """
+        """Refuse the write unless this handle's owner holds the run's lease at its epoch."""
         if self.owner is None or run_id in self._guarded:
             return  # checked once per transaction and run
         self._guarded.add(run_id)
-        owner, epoch = self.owner, self._epochs.get(run_id)
-        cur = conn.execute("SELECT lease_owner, lease_epoch FROM runs WHERE run_id = ?",
-                           (run_id,))
-        seen: list[Any] = []
-
-        def holds(result: Any) -> bool:
-            row = result.fetchone()
-            seen.append(row)
-            return not (row is None or row[0] != owner
-                        or (epoch is not None and row[1] != epoch))
-
-        def lost() -> BaseException:
-            row = seen[-1] if seen else None
-            return LeaseLost(f"run {run_id} is now held by {row[0] if row else 'nobody'}; "
-                             "this process stops writing to it")
-
-        self._expect(conn, cur, holds, lost)
-
-    @staticmethod
-    def _expect(conn: Conn, result: Any, ok: Callable[[Any], bool],
-                fail: Callable[[], BaseException]) -> None:
-        """Raise ``fail()`` unless ``ok(result)``: a check of a statement's result.
-
-        Checked now, or — on a backend whose connection has ``defer_check`` (PostgreSQL:
-        statements are sent in batches) — just before the transaction's ``COMMIT``, in the
-        order the checks were made; a failed check rolls the transaction back, so the
-        statements after it in the transaction are never committed either.
-        """
-        defer = getattr(conn, "defer_check", None)
-        if defer is not None:
-            defer(result, ok, fail)
-        elif not ok(result):
-            raise fail()
-
-    @classmethod
-    def _expect_one(cls, conn: Conn, result: Any, fail: Callable[[], BaseException]) -> None:
-        """:meth:`_expect` that the statement changed exactly one row."""
-        cls._expect(conn, result, _one_row, fail)
+        row = conn.execute("SELECT lease_owner, lease_epoch FROM runs WHERE run_id = ?",
+                           (run_id,)).fetchone()
+        epoch = self._epochs.get(run_id)
+        if row is None or row[0] != self.owner or (epoch is not None and row[1] != epoch):
+            raise LeaseLost(f"run {run_id} is now held by {row[0] if row else 'nobody'}; "
+                            "this process stops writing to it")
 
     def _event(self, conn: Conn, run_id: str, kind: str,
                step_id: str | None = None, item: int | None = None, data: Any = None,
@@ -250,10 +213,6 @@ class JournalBase:
             return "steps", "run_id = ? AND step_id = ?", (run_id, step_id)
         return "items", "run_id = ? AND step_id = ? AND item_index = ?", (run_id, step_id,
                                                                            item)
-
-
-def _one_row(result: Any) -> bool:
-    return bool(result.rowcount == 1)
 
 
 def count_summary(by_status: dict[str, int]) -> dict[str, int]:

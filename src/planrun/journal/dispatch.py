@@ -6,7 +6,6 @@ starts (record-call-record, SPEC §7); a key another live run claims is refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from ..errors import JournalError, RunError
@@ -45,8 +44,8 @@ class DispatchMixin(JournalBase):
                 f"started_at = COALESCE(started_at, ?), error_json = NULL WHERE {where} "
                 "AND status IN ('pending', 'running', 'indeterminate')",
                 (attempt, key, ts, *args))
-            self._expect_one(c, cur, lambda: JournalError(
-                f"step {step_id!r} of run {run_id} is not pending"))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} is not pending")
             if not self.fresh_keys:
                 self._refuse_live_claim(c, key, run_id)
             c.execute(
@@ -94,74 +93,27 @@ class DispatchMixin(JournalBase):
                 c.execute("DELETE FROM idempotency_keys WHERE key = ? AND "
                           "status = 'running'", (key,))
 
-    def _refuse_live_claim(self, c: Conn, key: str | Sequence[str], run_id: str) -> None:
-        """Refuse a key (or any of ``key``) another run has claimed and is still driving.
+    def _refuse_live_claim(self, c: Conn, key: str, run_id: str) -> None:
+        """Refuse a key another run has claimed and is still driving.
 
         Two retries of one run at once must not both call the same non-idempotent step.
-        One query for any number of keys.
         """
-        keys = [key] if isinstance(key, str) else list(key)
-        if not keys:
-            return
-        rows = c.execute(
+        row = c.execute(
             "SELECT k.run_id, r.lease_owner, r.lease_epoch, r.lease_expires, "
             f"r.lease_expires - {self.backend.NOW_SQL}, r.lease_boot, r.lease_start "
             "FROM idempotency_keys k JOIN runs r ON r.run_id = k.run_id "
-            f"WHERE k.key IN ({', '.join('?' for _ in keys)}) AND k.status = 'running' "
-            "AND k.run_id != ?", (*keys, run_id)).fetchall()
-        for row in rows:
-            if not row[1] or row[1] == self.owner:
-                # No lease, or this process holds it: a retry holds its parent's lease for
-                # the whole child run, so the parent's claim of a call left indeterminate is
-                # stale (nobody else can be calling it) and the child takes the key over.
-                continue
-            lease = lease_record(row[1:])
-            if not lease.expired and lease.holder_alive() is not False:
-                raise RunError(f"run {row[0]} ({lease.owner}) is calling the same step with "
-                               "the same idempotency key right now", code="run_busy",
-                               hint="Wait for that run to finish.")
-
-    def claim_items(self, run_id: str, step_id: str, claims: Sequence[tuple[int, int, str]],
-                    *, root_run_id: str, defer: bool = False) -> list[int]:
-        """Claim fan-out items for their calls, in one batch: their dispatch records.
-
-        ``claims``: (item index, attempt, idempotency key) per item; ``attempt`` counts the
-        item's dispatches including this one. The items that are ``pending`` (or were left
-        ``running``/``indeterminate`` by a crash) and have made ``attempt - 1`` attempts
-        (so an item another claimer took meanwhile is not taken again) are selected for
-        update — on PostgreSQL with ``FOR UPDATE SKIP LOCKED``, so an item another
-        transaction is claiming is skipped, never waited for nor claimed twice; on SQLite
-        under the write transaction that holds the journal — and each becomes ``running``
-        with its attempt and key, its key claimed and its ``step_started`` event written,
-        all in one transaction (what :meth:`step_started` writes for one item). Items not
-        claimed are left as they are.
-
-        With ``defer`` the claim joins the next commit (:meth:`flush`; the caller flushes
-        before calling any tool), merged with the other deferred claims of the same step
-        into one batch; then every item asked for must be claimable, or that commit fails
-        with a JournalError and writes nothing.
-
-        Returns the indices claimed, ascending (with ``defer``: those asked for).
-
-        Raises:
-            JournalError: (``defer``) an item was not claimable.
-            LeaseLost: another process holds the run's lease.
-            RunError: ``run_busy``: another live run is calling one of the keys (exit 5).
-        """
-        if defer:
-            for write in self._deferred:
-                if isinstance(write, _Claims) and write.target == (run_id, step_id,
-                                                                   root_run_id):
-                    write.claims.extend(claims)
-                    break
-            else:
-                self._deferred.append(_Claims(self, (run_id, step_id, root_run_id),
-                                              list(claims), strict=True))
-            return sorted(i for i, _, _ in claims)
-        batch = _Claims(self, (run_id, step_id, root_run_id), list(claims), strict=False)
-        with self._write() as c:
-            batch(c)
-        return batch.claimed
+            "WHERE k.key = ? AND k.status = 'running' AND k.run_id != ?",
+            (key, run_id)).fetchone()
+        if row is None or not row[1] or row[1] == self.owner:
+            # No lease, or this process holds it: a retry holds its parent's lease for the
+            # whole child run, so the parent's claim of a call left indeterminate is stale
+            # (nobody else can be calling it) and the child takes the key over.
+            return
+        lease = lease_record(row[1:])
+        if not lease.expired and lease.holder_alive() is not False:
+            raise RunError(f"run {row[0]} ({lease.owner}) is calling the same step with the "
+                           "same idempotency key right now", code="run_busy",
+                           hint="Wait for that run to finish.")
 
 
     @_reads
@@ -171,57 +123,3 @@ class DispatchMixin(JournalBase):
             "SELECT output_json FROM idempotency_keys WHERE key = ? AND status = 'succeeded'",
             (key,)).fetchone()
         return (True, _loads(row[0])) if row else (False, None)
-
-
-class _Claims:
-    """A batch of fan-out item claims (:meth:`DispatchMixin.claim_items`): one write."""
-
-    def __init__(self, journal: DispatchMixin, target: tuple[str, str, str],
-                 claims: list[tuple[int, int, str]], *, strict: bool) -> None:
-        self.journal = journal
-        self.target = target
-        self.claims = claims
-        self.strict = strict
-        self.claimed: list[int] = []
-
-    def __call__(self, c: Conn) -> None:
-        journal = self.journal
-        run_id, step_id, root_run_id = self.target
-        journal._guard(c, run_id)
-        asked = sorted({i for i, _, _ in self.claims})
-        if not asked:
-            return
-        # Each item at the attempt its claimer saw (attempts made so far = attempt - 1):
-        # an item another claimer took meanwhile has one attempt more, and is not taken.
-        seen = [(idx, attempt - 1) for idx, attempt, _ in self.claims]
-        rows = c.execute(
-            "SELECT item_index FROM items WHERE run_id = ? AND step_id = ? AND ("
-            + " OR ".join("(item_index = ? AND attempts = ?)" for _ in seen)
-            + ") AND status IN ('pending', 'running', 'indeterminate') "
-            f"ORDER BY item_index{journal.backend.CLAIM_SQL}",
-            (run_id, step_id, *(v for pair in seen for v in pair))).fetchall()
-        got = {int(r[0]) for r in rows}
-        if self.strict and len(got) != len(asked):
-            missing = ", ".join(str(i) for i in asked if i not in got)
-            raise JournalError(f"item(s) {missing} of step {step_id!r} of run {run_id} "
-                               "are not pending")
-        chosen = sorted((c_ for c_ in self.claims if c_[0] in got), key=lambda c_: c_[0])
-        ts = now()
-        c.executemany(
-            "UPDATE items SET status = 'running', attempts = ?, idempotency_key = ?, "
-            "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
-            "started_at = COALESCE(started_at, ?), error_json = NULL "
-            "WHERE run_id = ? AND step_id = ? AND item_index = ?",
-            [(attempt, key, ts, run_id, step_id, idx) for idx, attempt, key in chosen])
-        if not journal.fresh_keys:
-            journal._refuse_live_claim(c, [key for _, _, key in chosen], run_id)
-        c.executemany(
-            "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
-            "status, claimed_at) VALUES (?, ?, ?, ?, ?, 'running', ?) "
-            "ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, "
-            "status = 'running', claimed_at = excluded.claimed_at",
-            [(key, root_run_id, run_id, step_id, idx, ts) for idx, _, key in chosen])
-        for idx, attempt, key in chosen:
-            journal._event(c, run_id, "step_started", step_id=step_id, item=idx,
-                           data={"attempt": attempt, "key": key}, ts=ts)
-        self.claimed = [idx for idx, _, _ in chosen]

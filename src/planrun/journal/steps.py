@@ -49,9 +49,9 @@ class StepsMixin(JournalBase):
                 f"finished_at = ? WHERE {where} AND status IN "
                 f"({', '.join('?' for _ in expected)})",
                 (status, out_json, err_json, ts, *args, *expected))
-            self._expect_one(c, cur, lambda: JournalError(
-                f"step {step_id!r} of run {run_id} was not "
-                f"{' or '.join(expected)}"))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not "
+                                   f"{' or '.join(expected)}")
             if key is not None:
                 if status == "succeeded":
                     c.execute("UPDATE idempotency_keys SET status = 'succeeded', "
@@ -84,8 +84,8 @@ class StepsMixin(JournalBase):
                 "AND status IN ('pending', 'running', 'indeterminate')",
                 (reason, ts, dumps({"code": reason, "message": message}) if message else None,
                  run_id, step_id))
-            self._expect_one(c, cur, lambda: JournalError(
-                f"step {step_id!r} of run {run_id} cannot be skipped now"))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} cannot be skipped now")
             self._event(c, run_id, "step_skipped", step_id=step_id,
                         data={"reason": reason, "message": message}, ts=ts)
 
@@ -104,8 +104,8 @@ class StepsMixin(JournalBase):
                             args).fetchone()
             cur = c.execute(f"UPDATE {table} SET status = 'pending', error_json = ? "
                             f"WHERE {where} AND status = 'running'", (dumps(plain), *args))
-            self._expect_one(c, cur, lambda: JournalError(
-                f"step {step_id!r} of run {run_id} was not running"))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not running")
             if row and row[0]:
                 c.execute("DELETE FROM idempotency_keys WHERE key = ?", (row[0],))
             self._event(c, run_id, "step_retried", step_id=step_id, item=item,
@@ -122,8 +122,8 @@ class StepsMixin(JournalBase):
                 f"UPDATE {table} SET status = 'succeeded', output_json = ?, replayed = 1, "
                 "idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ? "
                 f"WHERE {where} AND status = 'pending'", (dumps(output), key, ts, ts, *args))
-            self._expect_one(c, cur, lambda: JournalError(
-                f"step {step_id!r} of run {run_id} was not pending"))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not pending")
             self._event(c, run_id, "step_replayed", step_id=step_id, item=item,
                         data={"source": source}, ts=ts)
 
@@ -140,8 +140,8 @@ class StepsMixin(JournalBase):
                             "started_at, ?), error_json = NULL WHERE run_id = ? AND "
                             "step_id = ? AND status IN ('pending', 'running', "
                             "'indeterminate')", (ts, run_id, step_id))
-            self._expect_one(c, cur, lambda: JournalError(
-                f"step {step_id!r} of run {run_id} cannot start now"))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} cannot start now")
             c.executemany("INSERT INTO items (run_id, step_id, item_index, status) "
                           "VALUES (?, ?, ?, 'pending') "
                           "ON CONFLICT (run_id, step_id, item_index) DO NOTHING",
@@ -167,8 +167,8 @@ class StepsMixin(JournalBase):
                 "items WHERE run_id = ? AND step_id = ? ORDER BY item_index) AS ordered) "
                 "WHERE run_id = ? AND step_id = ? AND status = 'running'",
                 (ts, run_id, step_id, run_id, step_id))
-            self._expect_one(c, cur, lambda: JournalError(
-                f"step {step_id!r} of run {run_id} was not running"))
+            if cur.rowcount != 1:
+                raise JournalError(f"step {step_id!r} of run {run_id} was not running")
             self._event(c, run_id, "step_succeeded", step_id=step_id, ts=ts)
 
     def mark_indeterminate(self, run_id: str, targets: list[tuple[str, int | None]],

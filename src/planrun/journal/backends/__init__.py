@@ -11,9 +11,7 @@ supplies what differs between databases:
   (exit 6), classified by exception type and result code, never by message text;
 - ``Error``/``DatabaseError``/``OperationalError``: the driver's exception types;
 - SQL fragments: ``NOW_SQL`` (the database clock, seconds since the epoch; leases use
-  it), ``CLAIM_SQL`` (the end of a ``SELECT`` that claims rows: ``FOR UPDATE SKIP
-  LOCKED`` on PostgreSQL, nothing on SQLite, whose write transaction holds the whole
-  file), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
+  it), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
 - its migrations (``planrun.journal.schema`` for SQLite).
 
 SQLite (:mod:`.sqlite`) for a file path (or ``sqlite://PATH``); PostgreSQL
@@ -43,7 +41,6 @@ class JournalBackend(Protocol):
     DatabaseError: tuple[type[BaseException], ...]
     OperationalError: tuple[type[BaseException], ...]
     NOW_SQL: ClassVar[str]
-    CLAIM_SQL: ClassVar[str]
 
     def open(self, *, write: bool) -> Any:
         """A connection, or None (a journal not created yet; reads only)."""

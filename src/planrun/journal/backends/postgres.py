@@ -14,11 +14,9 @@ Decisions (``docs/postgres-journal.md``):
   ``clock_timestamp()`` in seconds since the epoch (the database clock), ``json_array`` a
   ``string_agg`` that gives exactly SQLite's compact text.
 - **Round trips.** Inside a write transaction statements are bound on the client and
-  sent together with the next statement whose result is read (:class:`PgConnection`).
-  The journal's checks of results (the lease guard, rowcounts) are deferred to just
-  before ``COMMIT`` (:meth:`PgConnection.defer_check`): a chain step is one round trip
-  for ``BEGIN``, the lock and every write, and one for ``COMMIT`` (9 without batching).
-  Fan-out items are claimed with ``FOR UPDATE SKIP LOCKED`` (``CLAIM_SQL``).
+  sent together with the next statement whose result is read (:class:`PgConnection`):
+  ``BEGIN`` and the lock go with the first read, events and keys with the next read or
+  ``COMMIT`` — about 4 round trips per chain step instead of 9.
 - **Writes.** Every write transaction starts with ``pg_advisory_xact_lock`` on a key of
   this journal (one database): write transactions of all processes on all hosts are
   serialized as SQLite's ``BEGIN IMMEDIATE`` serializes them, so every guarded write
@@ -46,7 +44,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -198,8 +196,6 @@ class PgConnection:
         self._client = psycopg.ClientCursor(raw)
         #: The statements of the open batch (None: not batching) and their results.
         self._batch: list[tuple[bytes, list[_Result]]] | None = None
-        #: Checks of results made before ``COMMIT`` (:meth:`defer_check`).
-        self._checks: list[tuple[Any, Callable[[Any], bool], Callable[[], BaseException]]] = []
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Run one statement (``?`` placeholders)."""
@@ -229,45 +225,6 @@ class PgConnection:
     def begin_batch(self, statements: Sequence[str]) -> None:
         """Start batching, with ``statements`` (no parameters) first in the batch."""
         self._batch = [(s.encode(), [_Result(self)]) for s in statements]
-        self._checks = []
-
-    def defer_check(self, result: Any, ok: Callable[[Any], bool],
-                    fail: Callable[[], BaseException]) -> None:
-        """Check ``ok(result)`` before ``COMMIT`` (:meth:`run_checks`), else raise ``fail()``.
-
-        Outside a write transaction it is checked now. Reading the result then costs no
-        round trip of its own: the check reads it after the batch it is in was sent.
-        """
-        if self._batch is None:
-            if not ok(result):
-                raise fail()
-            return
-        self._checks.append((result, ok, fail))
-
-    def run_checks(self) -> None:
-        """Make the deferred checks, in order; the first that fails raises its error.
-
-        A check whose statement was not sent yet sends the batch (one round trip); when
-        every checked statement was sent already (a read later in the transaction sent
-        it), no round trip is made and ``COMMIT`` goes with the rest of the batch.
-        """
-        checks, self._checks = self._checks, []
-        for result, ok, fail in checks:
-            if not ok(result):
-                raise fail()
-
-    def failed_check(self) -> BaseException | None:
-        """The error of the first deferred check that fails on results already back.
-
-        For a transaction that failed for another reason before ``COMMIT``: a lost lease
-        found by a check made earlier in it is the error to report (as when checked at
-        once). Sends nothing.
-        """
-        checks, self._checks = self._checks, []
-        for result, ok, fail in checks:
-            if getattr(result, "_ready", True) and not ok(result):
-                return fail()
-        return None
 
     def send_batch(self) -> None:
         """Send the statements batched so far in one round trip; fill in their results."""
@@ -290,7 +247,6 @@ class PgConnection:
     def end_batch(self) -> None:
         """Stop batching (unsent statements are dropped: call after COMMIT or an error)."""
         self._batch = None
-        self._checks = []
 
     def script(self, sql: str) -> None:
         """Run statements without parameters in one round trip (simple query protocol)."""
@@ -470,9 +426,6 @@ class PostgresBackend:
     OperationalError: tuple[type[BaseException], ...] = (psycopg.OperationalError,)
     #: The database clock in seconds since the epoch.
     NOW_SQL: ClassVar[str] = "(EXTRACT(EPOCH FROM clock_timestamp())::double precision)"
-    #: The end of a SELECT that claims its rows: locked, skipping rows another
-    #: transaction has locked (fan-out items, :meth:`Journal.claim_items`).
-    CLAIM_SQL: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, location: str) -> None:
         self.location = location
@@ -527,15 +480,11 @@ class PostgresBackend:
         conn.begin_batch(_BEGIN_WRITE)
         try:
             yield conn
-            conn.run_checks()  # the lease guard and rowcounts: nothing commits unchecked
             conn.execute("COMMIT")
             conn.send_batch()
-        except BaseException as exc:
-            earlier = None if isinstance(exc, psycopg.Error) else conn.failed_check()
+        except BaseException:
             conn.end_batch()
             conn.rollback()
-            if earlier is not None:
-                raise earlier from None
             raise
         finally:
             conn.end_batch()

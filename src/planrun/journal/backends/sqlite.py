@@ -340,8 +340,6 @@ class SqliteBackend:
     OperationalError: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
     #: The database clock in seconds since the epoch (a SQL expression; leases use it).
     NOW_SQL: ClassVar[str] = "((julianday('now') - 2440587.5) * 86400.0)"
-    #: The end of a SELECT that claims its rows: nothing (``BEGIN IMMEDIATE`` holds the file).
-    CLAIM_SQL: ClassVar[str] = ""
 
     def __init__(self, path: Path) -> None:
         self.path = path
