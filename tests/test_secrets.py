@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -568,6 +569,9 @@ def test_keys_and_digests_do_not_depend_on_the_secret(proj: Proj) -> None:
                                                  "value": redact.reference("pin")})
     blob = b"".join(p.read_bytes() for p in proj.root.iterdir()
                     if p.name.startswith("journal.sqlite3"))
+    # Run ids, keys and digests are random or hash hex: a 4-digit run inside one is chance,
+    # not a leak (it made this test flaky); search what is left.
+    blob = re.sub(rb"[0-9a-f]{16,}", b"", blob)
     for pin in ("1234", "9876"):
         assert pin.encode() not in blob
 
