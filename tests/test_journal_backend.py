@@ -159,6 +159,61 @@ def test_a_live_pid_with_another_start_time_is_not_the_holder(path: Path) -> Non
         sleeper.wait()
 
 
+def test_a_lost_lease_found_at_a_group_commit_names_the_holder_and_writes_nothing(
+        path: Path) -> None:
+    """The outcome deferred into the next dispatch's commit is not written either.
+
+    On PostgreSQL the lease and the rowcounts are checked on the server inside the one
+    round trip of the transaction (``planrun_expect``); the holder comes back as detail.
+    """
+    mine = f"{HOST}:{os.getpid()}:aaaaaaaa"
+    theirs = f"{HOST}:{os.getpid()}:bbbbbbbb"
+    with Journal(path, write=True) as j:
+        new_run(j)
+        j.take_lease(RUN, mine, ttl=60.0)
+        j.step_started(RUN, "a", attempt=1, key="k-a", root_run_id=RUN)
+        j.renew_lease(RUN, mine, ttl=-1.0)  # expired: another process may take it over
+        before = len(j.events(RUN))
+        j.step_finished(RUN, "a", status="succeeded", key="k-a", output=1, defer=True)
+        j.step_started(RUN, "b", attempt=1, key="k-b", root_run_id=RUN, defer=True)
+        with Journal(path, write=True) as other:
+            other.take_lease(RUN, theirs)
+        with pytest.raises(LeaseLost) as caught:
+            j.flush()
+        j.drop_deferred()
+    assert caught.value.code == "run_busy"
+    assert f"held by {theirs}" in str(caught.value)
+    seen = probe(path)
+    assert (seen.step("a", RUN).status, seen.step("b", RUN).status) == ("running", "pending")
+    with Journal(path, write=False) as j:
+        assert len(j.events(RUN)) == before
+
+
+def test_a_failed_check_late_in_a_transaction_rolls_back_its_earlier_writes(
+        path: Path) -> None:
+    """A dispatch of a finished step fails its rowcount check after the deferred outcome
+    and its event were sent: none of them is written, the error names the step."""
+    with Journal(path, write=True) as j:
+        new_run(j)
+        j.step_started(RUN, "a", attempt=1, key="k-a", root_run_id=RUN)
+        j.step_started(RUN, "b", attempt=1, key="k-b", root_run_id=RUN)
+        j.step_finished(RUN, "b", status="succeeded", key="k-b", output=2)
+        before = len(j.events(RUN))
+        j.step_finished(RUN, "a", status="succeeded", key="k-a", output=1, defer=True)
+        j.step_started(RUN, "b", attempt=2, key="k-b2", root_run_id=RUN, defer=True)
+        with pytest.raises(JournalError) as caught:
+            j.flush()
+        j.drop_deferred()
+        assert "step 'b' of run" in str(caught.value)
+        assert "is not pending" in str(caught.value)
+        assert len(j.events(RUN)) == before
+        assert j.succeeded_key("k-a") == (False, None)
+        j.step_finished(RUN, "a", status="succeeded", key="k-a", output=1)  # still usable
+    seen = probe(path)
+    assert (seen.step("a", RUN).status, seen.step("b", RUN).status) == (
+        "succeeded", "succeeded")
+
+
 # --- transactions --------------------------------------------------------------------------
 
 

@@ -187,16 +187,39 @@ class JournalBase:
         return len(self._deferred)
 
     def _guard(self, conn: Conn, run_id: str) -> None:
-        """Refuse the write unless this handle's owner holds the run's lease at its epoch."""
+        """Refuse the write unless this handle's owner holds the run's lease at its epoch.
+
+        The lease row is checked in the write transaction (which every other writer waits
+        for), by the backend's ``expect`` (on PostgreSQL on the server, before anything
+        after it in the transaction): a lost lease rolls the whole transaction back.
+
+        Raises:
+            LeaseLost: another process (or nobody) holds the lease now (exit 5, run_busy).
+        """
         if self.owner is None or run_id in self._guarded:
             return  # checked once per transaction and run
         self._guarded.add(run_id)
-        row = conn.execute("SELECT lease_owner, lease_epoch FROM runs WHERE run_id = ?",
-                           (run_id,)).fetchone()
         epoch = self._epochs.get(run_id)
-        if row is None or row[0] != self.owner or (epoch is not None and row[1] != epoch):
-            raise LeaseLost(f"run {run_id} is now held by {row[0] if row else 'nobody'}; "
-                            "this process stops writing to it")
+        condition = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND lease_owner = ?"
+        params: tuple[Any, ...] = (run_id, self.owner)
+        if epoch is not None:
+            condition += " AND lease_epoch = ?"
+            params += (epoch,)
+
+        def lost(holder: str | None) -> BaseException:
+            return LeaseLost(f"run {run_id} is now held by {holder or 'nobody'}; "
+                             "this process stops writing to it")
+
+        self.backend.expect(conn, condition + ")", params, lost,
+                            "SELECT lease_owner FROM runs WHERE run_id = ?", (run_id,))
+
+    def _expect_one(self, conn: Conn, sql: str, params: tuple[Any, ...], message: str) -> None:
+        """Run ``sql`` (UPDATE/DELETE), which must change one row, else JournalError(message).
+
+        The backend checks it (``expect_changed``; on PostgreSQL on the server): the
+        transaction is rolled back, nothing of it is written.
+        """
+        self.backend.expect_changed(conn, sql, params, 1, lambda _: JournalError(message))
 
     def _event(self, conn: Conn, run_id: str, kind: str,
                step_id: str | None = None, item: int | None = None, data: Any = None,

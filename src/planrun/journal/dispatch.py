@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import JournalError, RunError
+from ..errors import RunError
 from .base import Conn, JournalBase, _reads, now
 from .records import _loads, lease_record
 
@@ -38,14 +38,12 @@ class DispatchMixin(JournalBase):
 
         def write(c: Conn) -> None:
             self._guard(c, run_id)
-            cur = c.execute(
-                f"UPDATE {table} SET status = 'running', attempts = ?, idempotency_key = ?, "
+            self._expect_one(
+                c, f"UPDATE {table} SET status = 'running', attempts = ?, idempotency_key = ?, "
                 "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
                 f"started_at = COALESCE(started_at, ?), error_json = NULL WHERE {where} "
                 "AND status IN ('pending', 'running', 'indeterminate')",
-                (attempt, key, ts, *args))
-            if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} is not pending")
+                (attempt, key, ts, *args), f"step {step_id!r} of run {run_id} is not pending")
             if not self.fresh_keys:
                 self._refuse_live_claim(c, key, run_id)
             c.execute(

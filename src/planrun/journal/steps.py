@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import JournalError, RunError, UsageError
+from ..errors import RunError, UsageError
 from .base import Conn, JournalBase, now
 from .records import dumps
 
@@ -44,14 +44,12 @@ class StepsMixin(JournalBase):
 
         def write(c: Conn) -> None:
             self._guard(c, run_id)
-            cur = c.execute(
-                f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
+            self._expect_one(
+                c, f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
                 f"finished_at = ? WHERE {where} AND status IN "
                 f"({', '.join('?' for _ in expected)})",
-                (status, out_json, err_json, ts, *args, *expected))
-            if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} was not "
-                                   f"{' or '.join(expected)}")
+                (status, out_json, err_json, ts, *args, *expected),
+                f"step {step_id!r} of run {run_id} was not {' or '.join(expected)}")
             if key is not None:
                 if status == "succeeded":
                     c.execute("UPDATE idempotency_keys SET status = 'succeeded', "
@@ -78,14 +76,12 @@ class StepsMixin(JournalBase):
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            cur = c.execute(
-                "UPDATE steps SET status = 'skipped', skip_reason = ?, finished_at = ?, "
+            self._expect_one(
+                c, "UPDATE steps SET status = 'skipped', skip_reason = ?, finished_at = ?, "
                 "error_json = ? WHERE run_id = ? AND step_id = ? "
                 "AND status IN ('pending', 'running', 'indeterminate')",
                 (reason, ts, dumps({"code": reason, "message": message}) if message else None,
-                 run_id, step_id))
-            if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} cannot be skipped now")
+                 run_id, step_id), f"step {step_id!r} of run {run_id} cannot be skipped now")
             self._event(c, run_id, "step_skipped", step_id=step_id,
                         data={"reason": reason, "message": message}, ts=ts)
 
@@ -102,10 +98,9 @@ class StepsMixin(JournalBase):
             self._guard(c, run_id)
             row = c.execute(f"SELECT idempotency_key FROM {table} WHERE {where}",
                             args).fetchone()
-            cur = c.execute(f"UPDATE {table} SET status = 'pending', error_json = ? "
-                            f"WHERE {where} AND status = 'running'", (dumps(plain), *args))
-            if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} was not running")
+            self._expect_one(c, f"UPDATE {table} SET status = 'pending', error_json = ? "
+                             f"WHERE {where} AND status = 'running'", (dumps(plain), *args),
+                             f"step {step_id!r} of run {run_id} was not running")
             if row and row[0]:
                 c.execute("DELETE FROM idempotency_keys WHERE key = ?", (row[0],))
             self._event(c, run_id, "step_retried", step_id=step_id, item=item,
@@ -118,12 +113,11 @@ class StepsMixin(JournalBase):
         table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
-            cur = c.execute(
-                f"UPDATE {table} SET status = 'succeeded', output_json = ?, replayed = 1, "
+            self._expect_one(
+                c, f"UPDATE {table} SET status = 'succeeded', output_json = ?, replayed = 1, "
                 "idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ? "
-                f"WHERE {where} AND status = 'pending'", (dumps(output), key, ts, ts, *args))
-            if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} was not pending")
+                f"WHERE {where} AND status = 'pending'", (dumps(output), key, ts, ts, *args),
+                f"step {step_id!r} of run {run_id} was not pending")
             self._event(c, run_id, "step_replayed", step_id=step_id, item=item,
                         data={"source": source}, ts=ts)
 
@@ -136,12 +130,11 @@ class StepsMixin(JournalBase):
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            cur = c.execute("UPDATE steps SET status = 'running', started_at = COALESCE("
-                            "started_at, ?), error_json = NULL WHERE run_id = ? AND "
-                            "step_id = ? AND status IN ('pending', 'running', "
-                            "'indeterminate')", (ts, run_id, step_id))
-            if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} cannot start now")
+            self._expect_one(c, "UPDATE steps SET status = 'running', started_at = COALESCE("
+                             "started_at, ?), error_json = NULL WHERE run_id = ? AND "
+                             "step_id = ? AND status IN ('pending', 'running', "
+                             "'indeterminate')", (ts, run_id, step_id),
+                             f"step {step_id!r} of run {run_id} cannot start now")
             c.executemany("INSERT INTO items (run_id, step_id, item_index, status) "
                           "VALUES (?, ?, ?, 'pending') "
                           "ON CONFLICT (run_id, step_id, item_index) DO NOTHING",
@@ -161,14 +154,13 @@ class StepsMixin(JournalBase):
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            cur = c.execute(
-                "UPDATE steps SET status = 'succeeded', finished_at = ?, output_json = ("
+            self._expect_one(
+                c, "UPDATE steps SET status = 'succeeded', finished_at = ?, output_json = ("
                 f"SELECT {self.backend.json_array('output_json')} FROM (SELECT output_json FROM "
                 "items WHERE run_id = ? AND step_id = ? ORDER BY item_index) AS ordered) "
                 "WHERE run_id = ? AND step_id = ? AND status = 'running'",
-                (ts, run_id, step_id, run_id, step_id))
-            if cur.rowcount != 1:
-                raise JournalError(f"step {step_id!r} of run {run_id} was not running")
+                (ts, run_id, step_id, run_id, step_id),
+                f"step {step_id!r} of run {run_id} was not running")
             self._event(c, run_id, "step_succeeded", step_id=step_id, ts=ts)
 
     def mark_indeterminate(self, run_id: str, targets: list[tuple[str, int | None]],

@@ -10,6 +10,12 @@ supplies what differs between databases:
 - ``fail(exc, doing)``: a database error as a :class:`~planrun.errors.JournalError`
   (exit 6), classified by exception type and result code, never by message text;
 - ``Error``/``DatabaseError``/``OperationalError``: the driver's exception types;
+- checks of a write transaction: ``expect(conn, condition, params, fail, detail, ...)``
+  (a SQL condition that must hold) and ``expect_changed(conn, sql, params, rows, fail)``
+  (a statement that must change exactly ``rows`` rows); when one does not hold, ``fail``
+  (given the ``detail`` value, or None) makes the exception raised and the transaction
+  is rolled back. SQLite checks at once; PostgreSQL checks on the server, so that a
+  transaction is one round trip (``planrun_expect``);
 - SQL fragments: ``NOW_SQL`` (the database clock, seconds since the epoch; leases use
   it), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
 - its migrations (``planrun.journal.schema`` for SQLite).
@@ -23,11 +29,16 @@ SQLite (:mod:`.sqlite`) for a file path (or ``sqlite://PATH``); PostgreSQL
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ...errors import JournalError
+
+#: Makes the exception for a check of a write transaction that does not hold, given the
+#: check's detail value (text, or None).
+Fail = Callable[[str | None], BaseException]
 
 #: URL schemes of journal locations this planrun understands (a plain path is SQLite).
 SCHEMES = ("sqlite", "postgresql", "postgres")
@@ -53,6 +64,14 @@ class JournalBackend(Protocol):
 
     def fail(self, exc: BaseException, doing: str) -> JournalError:
         """A database error as a JournalError (exit 6)."""
+
+    def expect(self, conn: Any, condition: str, params: Sequence[Any], fail: Fail,
+               detail: str = "NULL", detail_params: Sequence[Any] = ()) -> None:
+        """Raise ``fail(detail value)`` (rolling the transaction back) unless ``condition``."""
+
+    def expect_changed(self, conn: Any, sql: str, params: Sequence[Any], rows: int,
+                       fail: Fail) -> None:
+        """Run ``sql`` (UPDATE/DELETE); raise ``fail(None)`` unless it changed ``rows`` rows."""
 
     def json_array(self, column: str) -> str:
         """SQL: the JSON array aggregate of a column of JSON texts."""

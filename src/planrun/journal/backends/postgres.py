@@ -53,7 +53,7 @@ import psycopg
 
 from ...errors import JournalError
 from ..schema import MIGRATIONS, SCHEMA_VERSION
-from . import shown_location
+from . import Fail, shown_location
 
 #: ``pg_advisory_xact_lock`` key every write transaction takes ("planrun" + "w").
 WRITE_LOCK = 0x706C616E72756E77
@@ -65,6 +65,24 @@ LOCK_TIMEOUT = "30s"
 IDLE_TIMEOUT = "60s"
 #: Seconds to wait for a connection, unless the URL says (``connect_timeout=``).
 CONNECT_TIMEOUT_S = 10
+
+#: SQLSTATE ``planrun_expect`` raises for a check that does not hold (class PR: planrun's).
+CHECK_FAILED = "PR001"
+#: The server-side check of a write transaction (created by :func:`migrate`): raises
+#: :data:`CHECK_FAILED` with the check's id as DETAIL and its detail value as HINT unless
+#: ``ok`` is true, so a transaction's checks need no round trip of their own and its
+#: ``COMMIT`` goes in the same one (a raised check aborts the rest of the batch).
+EXPECT_FUNCTION = """\
+CREATE OR REPLACE FUNCTION planrun_expect(ok boolean, check_id text, detail text)
+RETURNS boolean LANGUAGE plpgsql AS $fn$
+BEGIN
+  IF ok IS NOT TRUE THEN
+    RAISE EXCEPTION 'a planrun journal check did not hold (%)', check_id
+      USING ERRCODE = 'PR001', DETAIL = check_id, HINT = COALESCE(detail, '');
+  END IF;
+  RETURN true;
+END
+$fn$"""
 
 #: The start of every write transaction (sent with its first read): the transaction, its
 #: limits (``SET LOCAL``: nothing outlives it, as a transaction-pooling PgBouncer needs),
@@ -196,6 +214,8 @@ class PgConnection:
         self._client = psycopg.ClientCursor(raw)
         #: The statements of the open batch (None: not batching) and their results.
         self._batch: list[tuple[bytes, list[_Result]]] | None = None
+        #: The server-side checks of the open write transaction, by id (:meth:`expect`).
+        self._checks: dict[str, Fail] = {}
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Run one statement (``?`` placeholders)."""
@@ -222,16 +242,59 @@ class PgConnection:
         query = pg_sql(sql)
         return self._client.mogrify(query, tuple(params or ())).encode()
 
+    def expect(self, condition: str, params: Sequence[Any], fail: Fail,
+               detail: str = "NULL", detail_params: Sequence[Any] = ()) -> None:
+        """Raise ``fail(detail value)`` unless the SQL ``condition`` holds.
+
+        In a write transaction the check is made by the server (``planrun_expect``), in
+        the batch's order: it costs no round trip, and a check that does not hold aborts
+        the rest of the transaction (its ``COMMIT`` included) and is raised by the read
+        that sent it. Outside one it is checked now.
+        """
+        sql = f"({condition}), ({detail})"
+        args = (*params, *detail_params)
+        if self._batch is None:
+            row = self.execute(f"SELECT {sql}", args).fetchone()
+            if not row[0]:
+                raise fail(None if row[1] is None else str(row[1]))
+            return
+        check_id = str(len(self._checks) + 1)
+        self._checks[check_id] = fail
+        self.execute(f"SELECT planrun_expect({condition}, '{check_id}', ({detail})::text)",
+                     args)
+
+    def expect_changed(self, sql: str, params: Sequence[Any], rows: int, fail: Fail) -> None:
+        """Run ``sql`` (an UPDATE or DELETE); raise ``fail(None)`` unless it changed ``rows``.
+
+        In a write transaction, checked by the server as :meth:`expect` is.
+        """
+        if self._batch is None:
+            if self.execute(sql, params).rowcount != rows:
+                raise fail(None)
+            return
+        check_id = str(len(self._checks) + 1)
+        self._checks[check_id] = fail
+        self.execute(f"WITH changed AS ({sql} RETURNING 1) SELECT planrun_expect("
+                     f"count(*) = {int(rows)}, '{check_id}', NULL) FROM changed", params)
+
     def begin_batch(self, statements: Sequence[str]) -> None:
         """Start batching, with ``statements`` (no parameters) first in the batch."""
         self._batch = [(s.encode(), [_Result(self)]) for s in statements]
+        self._checks = {}
 
     def send_batch(self) -> None:
         """Send the statements batched so far in one round trip; fill in their results."""
         if not self._batch:
             return
         batch, self._batch = self._batch, []
-        cur = self.raw.execute(b";\n".join(text for text, _ in batch))
+        try:
+            cur = self.raw.execute(b";\n".join(text for text, _ in batch))
+        except psycopg.Error as exc:
+            fail = self._checks.get(exc.diag.message_detail or "") \
+                if exc.sqlstate == CHECK_FAILED else None
+            if fail is None:
+                raise
+            raise fail(exc.diag.message_hint or None) from None
         for i, (_text, results) in enumerate(batch):
             if i:
                 cur.nextset()
@@ -247,6 +310,7 @@ class PgConnection:
     def end_batch(self) -> None:
         """Stop batching (unsent statements are dropped: call after COMMIT or an error)."""
         self._batch = None
+        self._checks = {}
 
     def script(self, sql: str) -> None:
         """Run statements without parameters in one round trip (simple query protocol)."""
@@ -363,10 +427,20 @@ def _has_table(conn: PgConnection, name: str) -> bool:
 
 def _version(conn: PgConnection) -> int | None:
     """The schema version, or None for a database planrun has not set up."""
-    if not _has_table(conn, "planrun_schema"):
-        return None
-    row = conn.execute("SELECT max(version) FROM planrun_schema").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    return _state(conn)[0]
+
+
+def _state(conn: PgConnection) -> tuple[int | None, bool]:
+    """(the schema version or None, whether ``planrun_expect`` exists): what is set up."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = "
+        "current_schema() AND tablename = 'planrun_schema'), EXISTS (SELECT 1 FROM "
+        "pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = current_schema() AND p.proname = 'planrun_expect')").fetchone()
+    if not row[0]:
+        return None, bool(row[1])
+    version = conn.execute("SELECT max(version) FROM planrun_schema").fetchone()
+    return (int(version[0]) if version and version[0] is not None else 0), bool(row[1])
 
 
 def _check_version(location: str, version: int | None) -> None:
@@ -379,6 +453,9 @@ def _check_version(location: str, version: int | None) -> None:
 
 def migrate(conn: PgConnection, location: str) -> None:
     """Bring the schema to :data:`SCHEMA_VERSION` in one transaction, under an advisory lock.
+
+    Also (re)creates ``planrun_expect`` (:data:`EXPECT_FUNCTION`), the server-side check
+    of write transactions: PostgreSQL only, so it has no schema version of its own.
 
     Raises:
         JournalError: a newer schema, or a database with other tables named like
@@ -402,6 +479,7 @@ def migrate(conn: PgConnection, location: str) -> None:
                 conn.execute(pg_statement(statement))
             version += 1
         conn.execute("UPDATE planrun_schema SET version = ?", (version,))
+        conn.script(EXPECT_FUNCTION)
         conn.script("COMMIT")
     except BaseException:
         conn.rollback()
@@ -455,12 +533,12 @@ class PostgresBackend:
         """
         conn = self._connect()
         try:
-            version = _version(conn)
+            version, has_expect = _state(conn)
             _check_version(self.location, version)
             if version is None and not write:
                 conn.close()
                 return None
-            if version != SCHEMA_VERSION:
+            if version != SCHEMA_VERSION or (write and not has_expect):
                 migrate(conn, self.location)
         except JournalError:
             conn.close()
@@ -506,6 +584,18 @@ class PostgresBackend:
     def fail(self, exc: BaseException, doing: str) -> JournalError:
         """The :class:`JournalError` (exit 6) for a database error while ``doing``."""
         return _fail(self.location, exc, doing, self._conn)
+
+    @staticmethod
+    def expect(conn: PgConnection, condition: str, params: Sequence[Any], fail: Fail,
+               detail: str = "NULL", detail_params: Sequence[Any] = ()) -> None:
+        """:meth:`PgConnection.expect`: checked on the server inside a write transaction."""
+        conn.expect(condition, params, fail, detail, detail_params)
+
+    @staticmethod
+    def expect_changed(conn: PgConnection, sql: str, params: Sequence[Any], rows: int,
+                       fail: Fail) -> None:
+        """:meth:`PgConnection.expect_changed`: checked on the server in a transaction."""
+        conn.expect_changed(sql, params, rows, fail)
 
     @staticmethod
     def json_array(column: str) -> str:

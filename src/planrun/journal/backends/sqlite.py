@@ -22,7 +22,7 @@ import shutil
 import sqlite3
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from ...errors import JournalError
 from ...paths import probe
 from ..schema import MIGRATIONS, SCHEMA_VERSION
+from . import Fail
 
 #: How long a writer waits for another process's transaction, in milliseconds.
 BUSY_TIMEOUT_MS = 30_000
@@ -363,6 +364,22 @@ class SqliteBackend:
     def fail(self, exc: BaseException, doing: str) -> JournalError:
         """The :class:`JournalError` (exit 6) for a database error while ``doing``."""
         return _fail(self.path, exc, doing)
+
+    @staticmethod
+    def expect(conn: sqlite3.Connection, condition: str, params: Sequence[Any], fail: Fail,
+               detail: str = "NULL", detail_params: Sequence[Any] = ()) -> None:
+        """Check ``condition`` (SQL) now; raise ``fail(detail value)`` unless it holds."""
+        row = conn.execute(f"SELECT ({condition}), ({detail})",
+                           (*params, *detail_params)).fetchone()
+        if not row[0]:
+            raise fail(None if row[1] is None else str(row[1]))
+
+    @staticmethod
+    def expect_changed(conn: sqlite3.Connection, sql: str, params: Sequence[Any], rows: int,
+                       fail: Fail) -> None:
+        """Run ``sql``; raise ``fail(None)`` unless it changed exactly ``rows`` rows."""
+        if conn.execute(sql, params).rowcount != rows:
+            raise fail(None)
 
     @staticmethod
     def json_array(column: str) -> str:
