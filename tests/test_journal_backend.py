@@ -214,6 +214,59 @@ def test_a_failed_check_late_in_a_transaction_rolls_back_its_earlier_writes(
         "succeeded", "succeeded")
 
 
+def _fan_run(j: Journal, items: int = 3) -> None:
+    """A run whose step ``a`` is a fan-out of ``items`` pending items (and a lease)."""
+    new_run(j)
+    j.take_lease(RUN, f"{HOST}:{os.getpid()}:aaaaaaaa")
+    j.fanout_begin(RUN, "a", items)
+
+
+def test_items_that_start_together_are_claimed_as_each_alone_would_be(path: Path) -> None:
+    """Deferred claims of one step share a commit: the same records and events in order.
+
+    On PostgreSQL they are one batch claim (``FOR UPDATE SKIP LOCKED``), on SQLite one
+    record per item; what the journal holds afterwards is the same.
+    """
+    with Journal(path, write=True) as j:
+        _fan_run(j, 4)
+        before = len(j.events(RUN))
+        j.step_started(RUN, "a", attempt=2, key="k1", root_run_id=RUN, item=1, defer=True)
+        j.step_started(RUN, "a", attempt=1, key="k0", root_run_id=RUN, item=0, defer=True)
+        j.step_started(RUN, "a", attempt=1, key="k3", root_run_id=RUN, item=3, defer=True)
+        assert j.pending_writes >= 1
+        j.flush()
+        assert j.pending_writes == 0
+        started = [(e["kind"], e["item"], e["data"]) for e in j.events(RUN)[before:]]
+        j.step_finished(RUN, "a", status="succeeded", key="k0", output="zero", item=0)
+    assert started == [("step_started", 1, {"attempt": 2, "key": "k1"}),
+                       ("step_started", 0, {"attempt": 1, "key": "k0"}),
+                       ("step_started", 3, {"attempt": 1, "key": "k3"})]
+    items = {i.index: i for i in probe(path).items("a", RUN)}
+    assert {i: (r.status, r.attempts, r.idempotency_key) for i, r in items.items()} == {
+        0: ("succeeded", 1, "k0"), 1: ("running", 2, "k1"), 2: ("pending", 0, None),
+        3: ("running", 1, "k3")}
+    with Journal(path, write=True) as j:
+        assert j.succeeded_key("k0") == (True, "zero")
+
+
+def test_a_batch_claim_with_an_item_that_is_not_pending_writes_nothing(path: Path) -> None:
+    with Journal(path, write=True) as j:
+        _fan_run(j)
+        j.step_started(RUN, "a", attempt=1, key="k1", root_run_id=RUN, item=1)
+        j.step_finished(RUN, "a", status="succeeded", key="k1", output=1, item=1)
+        before = len(j.events(RUN))
+        j.step_started(RUN, "a", attempt=1, key="k0", root_run_id=RUN, item=0, defer=True)
+        j.step_started(RUN, "a", attempt=2, key="k1b", root_run_id=RUN, item=1, defer=True)
+        with pytest.raises(JournalError) as caught:
+            j.flush()
+        j.drop_deferred()
+        assert "step 'a' of run" in str(caught.value)
+        assert "not pending" in str(caught.value)
+        assert len(j.events(RUN)) == before
+    items = {i.index: i.status for i in probe(path).items("a", RUN)}
+    assert items == {0: "pending", 1: "succeeded", 2: "pending"}
+
+
 # --- transactions --------------------------------------------------------------------------
 
 

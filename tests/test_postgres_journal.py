@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from harness import asset
-from planrun.journal import SCHEMA_VERSION, Journal
+from planrun.errors import JournalError
+from planrun.journal import SCHEMA_VERSION, Journal, NewRun, now
 from planrun_cli import TIMEOUT_S, CliProject, Result
 
 TOOLS = asset("registries/record.yaml") + asset("registries/waiting.yaml")
@@ -439,3 +440,40 @@ def test_without_psycopg_a_postgresql_journal_is_one_message(cli: CliProject,
     text = one_error(r)
     assert "pip install 'planrun[postgres]'" in text
     assert "s3cret" not in r.stdout + r.stderr
+
+
+# --- batch claims of fan-out items -----------------------------------------------------------
+
+
+def test_a_batch_claim_skips_an_item_another_transaction_holds_instead_of_waiting(
+        pg_url: str) -> None:
+    """``FOR UPDATE SKIP LOCKED``: an item row locked elsewhere is never waited for.
+
+    The batch that asked for it fails at once (every item asked for must be claimed; a
+    waiting writer would fail "stayed busy" after its 30 s lock_timeout) and writes
+    nothing; once the other transaction ends, the same claim succeeds.
+    """
+    import psycopg
+
+    run = "0123456789abcdef"
+    with Journal(pg_url, write=True) as j:
+        j.create_run(run=NewRun(
+            run_id=run, root_run_id=run, plan_name="p", plan={"steps": []}, digest="0" * 64,
+            revision=1, status="running", created_at=now(), params={}, contracts={},
+            options={}, plan_file="plans/p.yaml"), steps=[("a", 0, "echo")])
+        j.fanout_begin(run, "a", 2)
+        with psycopg.connect(pg_url, autocommit=False) as other:
+            other.execute("SELECT 1 FROM items WHERE item_index = 1 FOR UPDATE").fetchall()
+            j.step_started(run, "a", attempt=1, key="k0", root_run_id=run, item=0, defer=True)
+            j.step_started(run, "a", attempt=1, key="k1", root_run_id=run, item=1, defer=True)
+            with pytest.raises(JournalError) as caught:
+                j.flush()
+            j.drop_deferred()
+        # Skipped, not waited for: waiting would end in "stayed busy" after lock_timeout.
+        assert "item(s) 0, 1 of step 'a'" in str(caught.value)
+        assert "not pending" in str(caught.value)
+        assert [i.status for i in j.items(run, "a")] == ["pending", "pending"]
+        j.step_started(run, "a", attempt=1, key="k0", root_run_id=run, item=0, defer=True)
+        j.step_started(run, "a", attempt=1, key="k1", root_run_id=run, item=1, defer=True)
+        j.flush()
+        assert [i.status for i in j.items(run, "a")] == ["running", "running"]

@@ -219,7 +219,13 @@ class JournalBase:
         The backend checks it (``expect_changed``; on PostgreSQL on the server): the
         transaction is rolled back, nothing of it is written.
         """
-        self.backend.expect_changed(conn, sql, params, 1, lambda _: JournalError(message))
+        self._expect_one_each(conn, sql, params, 1, message)
+
+    def _expect_one_each(self, conn: Conn, sql: str, params: tuple[Any, ...], rows: int,
+                         message: str) -> None:
+        """:meth:`_expect_one` for a statement that must change exactly ``rows`` rows."""
+        self.backend.expect_changed(conn, sql, params, rows,
+                                    lambda _: JournalError(message))
 
     def _event(self, conn: Conn, run_id: str, kind: str,
                step_id: str | None = None, item: int | None = None, data: Any = None,
@@ -228,6 +234,16 @@ class JournalBase:
             "INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, ts or now(), kind, step_id, item, None if data is None else dumps(data)))
+
+    def _events(self, conn: Conn, run_id: str,
+                events: list[tuple[str, str | None, int | None, Any, str]]) -> None:
+        """Several events of one run in one statement: (kind, step, item, data, ts) each."""
+        conn.execute(
+            "INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json) VALUES "
+            + ", ".join("(?, ?, ?, ?, ?, ?)" for _ in events),
+            tuple(v for kind, step_id, item, data, ts in events
+                  for v in (run_id, ts, kind, step_id, item,
+                            None if data is None else dumps(data))))
 
     @staticmethod
     def _target(run_id: str, step_id: str, item: int | None) -> tuple[str, str, tuple[Any, ...]]:

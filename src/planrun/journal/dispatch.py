@@ -6,6 +6,7 @@ starts (record-call-record, SPEC §7); a key another live run claims is refused.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import RunError
@@ -34,6 +35,9 @@ class DispatchMixin(JournalBase):
             LeaseLost: another process holds the run's lease.
         """
         ts = now()
+        if item is not None and defer and self.backend.BATCH_CLAIMS:
+            self._claim_later(run_id, step_id, root_run_id, (item, attempt, key, ts))
+            return ts
         table, where, args = self._target(run_id, step_id, item)
 
         def write(c: Conn) -> None:
@@ -45,7 +49,7 @@ class DispatchMixin(JournalBase):
                 "AND status IN ('pending', 'running', 'indeterminate')",
                 (attempt, key, ts, *args), f"step {step_id!r} of run {run_id} is not pending")
             if not self.fresh_keys:
-                self._refuse_live_claim(c, key, run_id)
+                self._refuse_live_claim(c, [key], run_id)
             c.execute(
                 "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
                 "status, claimed_at) VALUES (?, ?, ?, ?, ?, 'running', ?) "
@@ -91,28 +95,46 @@ class DispatchMixin(JournalBase):
                 c.execute("DELETE FROM idempotency_keys WHERE key = ? AND "
                           "status = 'running'", (key,))
 
-    def _refuse_live_claim(self, c: Conn, key: str, run_id: str) -> None:
-        """Refuse a key another run has claimed and is still driving.
+    def _refuse_live_claim(self, c: Conn, keys: Sequence[str], run_id: str) -> None:
+        """Refuse a key (any of ``keys``) another run has claimed and is still driving.
 
         Two retries of one run at once must not both call the same non-idempotent step.
+        One query for any number of keys.
+
+        Raises:
+            RunError: ``run_busy`` (exit 5): a live run is calling one of the keys.
         """
-        row = c.execute(
+        rows = c.execute(
             "SELECT k.run_id, r.lease_owner, r.lease_epoch, r.lease_expires, "
             f"r.lease_expires - {self.backend.NOW_SQL}, r.lease_boot, r.lease_start "
             "FROM idempotency_keys k JOIN runs r ON r.run_id = k.run_id "
-            "WHERE k.key = ? AND k.status = 'running' AND k.run_id != ?",
-            (key, run_id)).fetchone()
-        if row is None or not row[1] or row[1] == self.owner:
-            # No lease, or this process holds it: a retry holds its parent's lease for the
-            # whole child run, so the parent's claim of a call left indeterminate is stale
-            # (nobody else can be calling it) and the child takes the key over.
-            return
-        lease = lease_record(row[1:])
-        if not lease.expired and lease.holder_alive() is not False:
-            raise RunError(f"run {row[0]} ({lease.owner}) is calling the same step with the "
-                           "same idempotency key right now", code="run_busy",
-                           hint="Wait for that run to finish.")
+            f"WHERE k.key IN ({', '.join('?' for _ in keys)}) AND k.status = 'running' "
+            "AND k.run_id != ?", (*keys, run_id)).fetchall()
+        for row in rows:
+            if not row[1] or row[1] == self.owner:
+                # No lease, or this process holds it: a retry holds its parent's lease for
+                # the whole child run, so the parent's claim of a call left indeterminate
+                # is stale (nobody else can be calling it) and the child takes it over.
+                continue
+            lease = lease_record(row[1:])
+            if not lease.expired and lease.holder_alive() is not False:
+                raise RunError(f"run {row[0]} ({lease.owner}) is calling the same step with "
+                               "the same idempotency key right now", code="run_busy",
+                               hint="Wait for that run to finish.")
 
+    def _claim_later(self, run_id: str, step_id: str, root_run_id: str,
+                     claim: tuple[int, int, str, str]) -> None:
+        """Defer one fan-out item's dispatch record into a batch claim (:class:`_Claims`).
+
+        Claims of one step deferred one after another (the items that start together)
+        become one batch; a claim after another deferred write starts a new batch, so the
+        journal's writes and events keep the order they were made in.
+        """
+        last = self._deferred[-1] if self._deferred else None
+        if isinstance(last, _Claims) and last.target == (run_id, step_id, root_run_id):
+            last.claims.append(claim)
+        else:
+            self._deferred.append(_Claims(self, (run_id, step_id, root_run_id), [claim]))
 
     @_reads
     def succeeded_key(self, key: str) -> Any:
@@ -121,3 +143,59 @@ class DispatchMixin(JournalBase):
             "SELECT output_json FROM idempotency_keys WHERE key = ? AND status = 'succeeded'",
             (key,)).fetchone()
         return (True, _loads(row[0])) if row else (False, None)
+
+
+class _Claims:
+    """Fan-out items claimed in one batch: their dispatch records (SPEC §11).
+
+    For a backend with ``BATCH_CLAIMS`` (PostgreSQL): the items' rows are locked with the
+    backend's ``CLAIM_SQL`` (``FOR UPDATE SKIP LOCKED``: a row another transaction is
+    claiming is skipped, never waited for nor claimed twice) and set ``running`` with
+    their attempts and keys in one statement, their keys claimed and their
+    ``step_started`` events written in one statement each: what
+    :meth:`DispatchMixin.step_started` writes for each item, in three statements for any
+    number of items. Every item must be claimed, else the transaction fails with a
+    JournalError naming the step and writes nothing (as for one item).
+    """
+
+    def __init__(self, journal: DispatchMixin, target: tuple[str, str, str],
+                 claims: list[tuple[int, int, str, str]]) -> None:
+        self.journal = journal
+        self.target = target
+        #: (item index, attempt, idempotency key, start time) per item.
+        self.claims = claims
+
+    def __call__(self, c: Conn) -> None:
+        journal = self.journal
+        run_id, step_id, root_run_id = self.target
+        claims = self.claims
+        journal._guard(c, run_id)
+        rows = ", ".join("(?, ?, ?, ?)" for _ in claims)
+        marks = ", ".join("?" for _ in claims)
+        indices = [idx for idx, _, _, _ in claims]
+        journal._expect_one_each(
+            c, "UPDATE items SET status = 'running', attempts = w.attempts, "
+            "idempotency_key = w.claimed_key, recoveries = items.recoveries + CASE WHEN "
+            "items.status = 'running' THEN 1 ELSE 0 END, started_at = COALESCE("
+            "items.started_at, w.started_at), error_json = NULL FROM (VALUES "
+            f"{rows}) AS w (item_index, attempts, claimed_key, started_at) "
+            "WHERE items.run_id = ? AND items.step_id = ? AND items.item_index = w.item_index "
+            "AND items.item_index IN (SELECT item_index FROM items WHERE run_id = ? AND "
+            f"step_id = ? AND item_index IN ({marks}) AND status IN ('pending', 'running', "
+            f"'indeterminate'){journal.backend.CLAIM_SQL})",
+            (*(v for claim in claims for v in claim), run_id, step_id, run_id, step_id,
+             *indices), len(claims),
+            f"item(s) {', '.join(map(str, indices))} of step {step_id!r} of run {run_id} "
+            "are not pending")
+        if not journal.fresh_keys:
+            journal._refuse_live_claim(c, [key for _, _, key, _ in claims], run_id)
+        c.execute(
+            "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
+            f"status, claimed_at) VALUES {', '.join('(?, ?, ?, ?, ?, ?, ?)' for _ in claims)} "
+            "ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, "
+            "status = 'running', claimed_at = excluded.claimed_at",
+            tuple(v for idx, _, key, ts in claims
+                  for v in (key, root_run_id, run_id, step_id, idx, "running", ts)))
+        journal._events(c, run_id, [
+            ("step_started", step_id, idx, {"attempt": attempt, "key": key}, ts)
+            for idx, attempt, key, ts in claims])

@@ -16,6 +16,10 @@ supplies what differs between databases:
   (given the ``detail`` value, or None) makes the exception raised and the transaction
   is rolled back. SQLite checks at once; PostgreSQL checks on the server, so that a
   transaction is one round trip (``planrun_expect``);
+- fan-out claims: ``BATCH_CLAIMS`` (items that start together are claimed in one batch
+  of statements: PostgreSQL, where a statement costs its share of a round trip; SQLite
+  writes each item's record on its own, its fastest path) and ``CLAIM_SQL`` (the end of
+  the ``SELECT`` that locks the rows claimed: ``FOR UPDATE SKIP LOCKED``);
 - SQL fragments: ``NOW_SQL`` (the database clock, seconds since the epoch; leases use
   it), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
 - its migrations (``planrun.journal.schema`` for SQLite).
@@ -52,6 +56,8 @@ class JournalBackend(Protocol):
     DatabaseError: tuple[type[BaseException], ...]
     OperationalError: tuple[type[BaseException], ...]
     NOW_SQL: ClassVar[str]
+    BATCH_CLAIMS: ClassVar[bool]
+    CLAIM_SQL: ClassVar[str]
 
     def open(self, *, write: bool) -> Any:
         """A connection, or None (a journal not created yet; reads only)."""

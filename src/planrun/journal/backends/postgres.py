@@ -14,9 +14,14 @@ Decisions (``docs/postgres-journal.md``):
   ``clock_timestamp()`` in seconds since the epoch (the database clock), ``json_array`` a
   ``string_agg`` that gives exactly SQLite's compact text.
 - **Round trips.** Inside a write transaction statements are bound on the client and
-  sent together with the next statement whose result is read (:class:`PgConnection`):
-  ``BEGIN`` and the lock go with the first read, events and keys with the next read or
-  ``COMMIT`` — about 4 round trips per chain step instead of 9.
+  sent together with the next statement whose result is read (:class:`PgConnection`),
+  and the journal's checks (the lease guard, rowcounts: the backend's ``expect`` and
+  ``expect_changed``) are made on the server by ``planrun_expect`` (SQLSTATE
+  :data:`CHECK_FAILED`), so ``BEGIN``, the lock, checks, writes and ``COMMIT`` are one
+  round trip: one per chain step (9 before batching). Fan-out items that start together
+  are claimed in one batch (``BATCH_CLAIMS``, ``CLAIM_SQL``: ``FOR UPDATE SKIP
+  LOCKED``), and a batched ``executemany`` of an ``INSERT … VALUES`` is sent as
+  multi-row INSERTs.
 - **Writes.** Every write transaction starts with ``pg_advisory_xact_lock`` on a key of
   this journal (one database): write transactions of all processes on all hosts are
   serialized as SQLite's ``BEGIN IMMEDIATE`` serializes them, so every guarded write
@@ -231,6 +236,19 @@ class PgConnection:
             cur = self.raw.cursor()
             cur.executemany(pg_sql(sql), [tuple(r) for r in rows])
             return cur
+        rows = [tuple(r) for r in rows]
+        many = _multirow(sql)
+        if many is not None and rows:  # one statement: INSERT … VALUES (…), (…), …
+            head, values, tail = many
+            results = []
+            for start in range(0, len(rows), _ROWS_PER_INSERT):
+                chunk = rows[start:start + _ROWS_PER_INSERT]
+                text = head + ", ".join(values for _ in chunk) + tail
+                result = _Result(self)
+                self._batch.append((self._bind(text, [v for r in chunk for v in r]),
+                                    [result]))
+                results.append(result)
+            return _Many(self, results)
         results = []
         for row in rows:
             result = _Result(self)
@@ -339,8 +357,28 @@ class PgConnection:
         self.raw.close()
 
 
+#: Rows per multi-row INSERT of a batched ``executemany``.
+_ROWS_PER_INSERT = 500
+_INSERT = re.compile(r"^(INSERT INTO \w+ \([^)]*\) VALUES )(\([^()]*\))((?: ON CONFLICT .*)?)$",
+                     re.S)
+
+
+@functools.lru_cache(maxsize=64)
+def _multirow(sql: str) -> tuple[str, str, str] | None:
+    """(head, one row's ``(?, …)``, tail) of a single-row ``INSERT … VALUES``, else None.
+
+    An ``executemany`` of such a statement in a write transaction is sent as multi-row
+    INSERTs (one statement per :data:`_ROWS_PER_INSERT` rows, not one per row).
+    """
+    match = _INSERT.match(sql)
+    return None if match is None else (match.group(1), match.group(2), match.group(3))
+
+
 class _Many:
-    """The results of an ``executemany`` in a batch: ``rowcount`` is their sum."""
+    """The results of an ``executemany`` in a batch: ``rowcount`` is their sum.
+
+    (One result per row, or per multi-row INSERT of :func:`_multirow`.)
+    """
 
     def __init__(self, conn: PgConnection, results: list[_Result]) -> None:
         self._conn = conn
@@ -504,6 +542,11 @@ class PostgresBackend:
     OperationalError: tuple[type[BaseException], ...] = (psycopg.OperationalError,)
     #: The database clock in seconds since the epoch.
     NOW_SQL: ClassVar[str] = "(EXTRACT(EPOCH FROM clock_timestamp())::double precision)"
+    #: Fan-out items that start together are claimed in one batch (``journal.dispatch``).
+    BATCH_CLAIMS: ClassVar[bool] = True
+    #: The end of the SELECT that locks the items a batch claims: a row another
+    #: transaction holds is skipped, never waited for nor claimed twice.
+    CLAIM_SQL: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, location: str) -> None:
         self.location = location

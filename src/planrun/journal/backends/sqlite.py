@@ -341,6 +341,10 @@ class SqliteBackend:
     OperationalError: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
     #: The database clock in seconds since the epoch (a SQL expression; leases use it).
     NOW_SQL: ClassVar[str] = "((julianday('now') - 2440587.5) * 86400.0)"
+    #: Each fan-out item's dispatch record is written on its own (no batch claims).
+    BATCH_CLAIMS: ClassVar[bool] = False
+    #: Nothing: ``BEGIN IMMEDIATE`` holds the whole file for the write transaction.
+    CLAIM_SQL: ClassVar[str] = ""
 
     def __init__(self, path: Path) -> None:
         self.path = path
