@@ -213,19 +213,17 @@ class JournalBase:
         self.backend.expect(conn, condition + ")", params, lost,
                             "SELECT lease_owner FROM runs WHERE run_id = ?", (run_id,))
 
-    def _expect_one(self, conn: Conn, sql: str, params: tuple[Any, ...], message: str) -> None:
-        """Run ``sql`` (UPDATE/DELETE), which must change one row, else JournalError(message).
+    def _expect_changed(self, conn: Conn, sql: str, params: tuple[Any, ...], message: str,
+                        rows: int = 1) -> None:
+        """Run ``sql`` (UPDATE/DELETE), which must change ``rows`` rows, else JournalError.
 
         The backend checks it (``expect_changed``; on PostgreSQL on the server): the
         transaction is rolled back, nothing of it is written.
-        """
-        self._expect_one_each(conn, sql, params, 1, message)
 
-    def _expect_one_each(self, conn: Conn, sql: str, params: tuple[Any, ...], rows: int,
-                         message: str) -> None:
-        """:meth:`_expect_one` for a statement that must change exactly ``rows`` rows."""
-        self.backend.expect_changed(conn, sql, params, rows,
-                                    lambda _: JournalError(message))
+        Raises:
+            JournalError: ``message`` (exit 6) when the statement changed another count.
+        """
+        self.backend.expect_changed(conn, sql, params, rows, lambda _: JournalError(message))
 
     def _event(self, conn: Conn, run_id: str, kind: str,
                step_id: str | None = None, item: int | None = None, data: Any = None,

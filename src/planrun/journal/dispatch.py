@@ -42,7 +42,7 @@ class DispatchMixin(JournalBase):
 
         def write(c: Conn) -> None:
             self._guard(c, run_id)
-            self._expect_one(
+            self._expect_changed(
                 c, f"UPDATE {table} SET status = 'running', attempts = ?, idempotency_key = ?, "
                 "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
                 f"started_at = COALESCE(started_at, ?), error_json = NULL WHERE {where} "
@@ -173,7 +173,7 @@ class _Claims:
         rows = ", ".join("(?, ?, ?, ?)" for _ in claims)
         marks = ", ".join("?" for _ in claims)
         indices = [idx for idx, _, _, _ in claims]
-        journal._expect_one_each(
+        journal._expect_changed(
             c, "UPDATE items SET status = 'running', attempts = w.attempts, "
             "idempotency_key = w.claimed_key, recoveries = items.recoveries + CASE WHEN "
             "items.status = 'running' THEN 1 ELSE 0 END, started_at = COALESCE("
@@ -184,9 +184,9 @@ class _Claims:
             f"step_id = ? AND item_index IN ({marks}) AND status IN ('pending', 'running', "
             f"'indeterminate'){journal.backend.CLAIM_SQL})",
             (*(v for claim in claims for v in claim), run_id, step_id, run_id, step_id,
-             *indices), len(claims),
+             *indices),
             f"item(s) {', '.join(map(str, indices))} of step {step_id!r} of run {run_id} "
-            "are not pending")
+            "are not pending", rows=len(claims))
         if not journal.fresh_keys:
             journal._refuse_live_claim(c, [key for _, _, key, _ in claims], run_id)
         c.execute(

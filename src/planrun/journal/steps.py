@@ -44,7 +44,7 @@ class StepsMixin(JournalBase):
 
         def write(c: Conn) -> None:
             self._guard(c, run_id)
-            self._expect_one(
+            self._expect_changed(
                 c, f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
                 f"finished_at = ? WHERE {where} AND status IN "
                 f"({', '.join('?' for _ in expected)})",
@@ -76,7 +76,7 @@ class StepsMixin(JournalBase):
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            self._expect_one(
+            self._expect_changed(
                 c, "UPDATE steps SET status = 'skipped', skip_reason = ?, finished_at = ?, "
                 "error_json = ? WHERE run_id = ? AND step_id = ? "
                 "AND status IN ('pending', 'running', 'indeterminate')",
@@ -98,9 +98,10 @@ class StepsMixin(JournalBase):
             self._guard(c, run_id)
             row = c.execute(f"SELECT idempotency_key FROM {table} WHERE {where}",
                             args).fetchone()
-            self._expect_one(c, f"UPDATE {table} SET status = 'pending', error_json = ? "
-                             f"WHERE {where} AND status = 'running'", (dumps(plain), *args),
-                             f"step {step_id!r} of run {run_id} was not running")
+            self._expect_changed(
+                c, f"UPDATE {table} SET status = 'pending', error_json = ? WHERE {where} "
+                "AND status = 'running'", (dumps(plain), *args),
+                f"step {step_id!r} of run {run_id} was not running")
             if row and row[0]:
                 c.execute("DELETE FROM idempotency_keys WHERE key = ?", (row[0],))
             self._event(c, run_id, "step_retried", step_id=step_id, item=item,
@@ -113,7 +114,7 @@ class StepsMixin(JournalBase):
         table, where, args = self._target(run_id, step_id, item)
         with self._write() as c:
             self._guard(c, run_id)
-            self._expect_one(
+            self._expect_changed(
                 c, f"UPDATE {table} SET status = 'succeeded', output_json = ?, replayed = 1, "
                 "idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ? "
                 f"WHERE {where} AND status = 'pending'", (dumps(output), key, ts, ts, *args),
@@ -130,11 +131,11 @@ class StepsMixin(JournalBase):
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            self._expect_one(c, "UPDATE steps SET status = 'running', started_at = COALESCE("
-                             "started_at, ?), error_json = NULL WHERE run_id = ? AND "
-                             "step_id = ? AND status IN ('pending', 'running', "
-                             "'indeterminate')", (ts, run_id, step_id),
-                             f"step {step_id!r} of run {run_id} cannot start now")
+            self._expect_changed(
+                c, "UPDATE steps SET status = 'running', started_at = COALESCE(started_at, ?), "
+                "error_json = NULL WHERE run_id = ? AND step_id = ? AND status IN ('pending', "
+                "'running', 'indeterminate')", (ts, run_id, step_id),
+                f"step {step_id!r} of run {run_id} cannot start now")
             c.executemany("INSERT INTO items (run_id, step_id, item_index, status) "
                           "VALUES (?, ?, ?, 'pending') "
                           "ON CONFLICT (run_id, step_id, item_index) DO NOTHING",
@@ -154,7 +155,7 @@ class StepsMixin(JournalBase):
         ts = now()
         with self._write() as c:
             self._guard(c, run_id)
-            self._expect_one(
+            self._expect_changed(
                 c, "UPDATE steps SET status = 'succeeded', finished_at = ?, output_json = ("
                 f"SELECT {self.backend.json_array('output_json')} FROM (SELECT output_json FROM "
                 "items WHERE run_id = ? AND step_id = ? ORDER BY item_index) AS ordered) "

@@ -372,11 +372,13 @@ class SqliteBackend:
     @staticmethod
     def expect(conn: sqlite3.Connection, condition: str, params: Sequence[Any], fail: Fail,
                detail: str = "NULL", detail_params: Sequence[Any] = ()) -> None:
-        """Check ``condition`` (SQL) now; raise ``fail(detail value)`` unless it holds."""
-        row = conn.execute(f"SELECT ({condition}), ({detail})",
-                           (*params, *detail_params)).fetchone()
-        if not row[0]:
-            raise fail(None if row[1] is None else str(row[1]))
+        """Check ``condition`` (SQL) now; raise ``fail(detail value)`` unless it holds.
+
+        The detail is read only when the check fails.
+        """
+        if not conn.execute(f"SELECT ({condition})", params).fetchone()[0]:
+            value = conn.execute(f"SELECT ({detail})", detail_params).fetchone()[0]
+            raise fail(None if value is None else str(value))
 
     @staticmethod
     def expect_changed(conn: sqlite3.Connection, sql: str, params: Sequence[Any], rows: int,
