@@ -171,7 +171,8 @@ def test_big_fan_out_is_summed_up_not_listed(proj: Project) -> None:
     assert "1500 items, 1500 succeeded, 0 failed" in page
     assert "p99" in page
     assert 'class="hist"' in page
-    assert page.count("<tr><td class=\"mono\">") < 1000  # events: item ones counted
+    shown = page.count('<td class="mono when"')  # event rows: item ones counted, not copied
+    assert 300 <= shown < 1000
     assert "fan-out item events are not copied here" in page
     assert len(page.encode()) < 400_000
 

@@ -60,7 +60,7 @@ td.errs{min-width:16em}
 .fan h3{margin:0 0 6px;font-size:1rem}
 .fan .cols{display:flex;flex-wrap:wrap;gap:12px 28px;align-items:flex-start}
 details{margin-top:6px}summary{cursor:pointer;font-weight:600}
-.events td:last-child{overflow-wrap:anywhere}
+.events td:last-child{overflow-wrap:anywhere}.events td.when{white-space:nowrap}
 .legend{display:flex;flex-wrap:wrap;gap:6px 10px;margin:6px 0 8px;padding:0;list-style:none}
 .muted{color:var(--muted)}
 footer{margin-top:36px;color:var(--muted);font-size:.85em}
@@ -266,17 +266,26 @@ def _issues(r: RunReport) -> str:
             "</div>")
 
 
+def _clock(ts: str, day: str) -> str:
+    """An event's time: the time of day on the run's first day, else the whole stamp."""
+    date, sep, rest = ts.partition("T")
+    return rest.split("+")[0] if sep and date == day else ts
+
+
 def _events(r: RunReport) -> str:
     rows = []
+    day = str(r.manifest.get("started_at") or "").partition("T")[0]
     for e in r.events:
         where = _e(e["step"] or "") + (f'[{_e(e["item"])}]' if e["item"] is not None else "")
         data = _json(e["data"], EVENT_DATA_CHARS) if e["data"] else ""
-        rows.append(f'<tr><td class="mono">{_e(e["ts"])}</td><td>{_e(e["kind"])}</td>'
+        rows.append(f'<tr><td class="mono when" title="{_e(e["ts"])}">{_e(_clock(e["ts"], day))}'
+                    f'</td><td>{_e(e["kind"])}</td>'
                     f'<td><code>{where}</code></td><td class="mono">{_e(data)}</td></tr>')
     left = (f'<p class="muted">{r.events_left_out} fan-out item events are not copied here; '
             f'<code>planrun log {_e(r.manifest["run_id"])}</code> shows every one.</p>'
             if r.events_left_out else "")
-    head = "".join(f"<th scope=col>{h}</th>" for h in ("time", "event", "step", "data"))
+    head = "".join(f"<th scope=col>{h}</th>" for h in ("time (UTC)", "event", "step",
+                                                        "data"))
     return (f'<h2 id="events">Events</h2><details><summary>{r.events_total} events in order'
             f'</summary>{left}<div class="scroll"><table class="events"><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div></details>")

@@ -214,8 +214,14 @@ def timeline(report: RunReport) -> str:
             note += f", {fan.total} items"
         xa, xb = x(start), x(end)
         bar_dash = ' stroke-dasharray="4 2"' if dashed else ""
-        fits = xb + 150 <= width  # the note right of the bar, else over its end
-        anchor, note_x = ("", xb + 6) if fits else (' text-anchor="end"', xb - 6)
+        # The note right of the bar; else left of it; else (a bar across the whole
+        # chart) inside its end.
+        if xb + 170 <= width:
+            anchor, note_x = "", xb + 6
+        elif xa - 170 >= LABEL_W + PAD:
+            anchor, note_x = ' text-anchor="end"', xa - 6
+        else:
+            anchor, note_x = ' text-anchor="end"', xb - 6
         parts.append(
             f'<g class="bar" data-step="{_a(s["id"])}"><title>{escape(s["id"])}: '
             f'{escape(note)}</title><text class="lbl" x="{LABEL_W + PAD - 6}" '
