@@ -168,7 +168,7 @@ def test_big_fan_out_is_summed_up_not_listed(proj: Project) -> None:
     result, _m = execute_json(proj, "wide", "-p", f"items={items}")
     assert result.exit_code == 0, result.output
     page = report(proj, "-o", "-").stdout
-    assert "1500 items, 1500 succeeded, 0 failed" in page
+    assert "1,500 items, 1,500 succeeded, 0 failed" in page
     assert "p99" in page
     assert 'class="hist"' in page
     shown = page.count('<td class="mono when"')  # event rows: item ones counted, not copied

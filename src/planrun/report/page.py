@@ -193,11 +193,11 @@ def _step_rows(r: RunReport) -> str:
                f'{_e(error.get("message"))}</span>' if error else "")
         fan = r.fan_outs.get(sid)
         if fan is not None:
-            extra = f"{fan.total} items: {fan.succeeded} succeeded"
+            extra = f"{fan.total:,} items: {fan.succeeded:,} succeeded"
             if fan.failed:
-                extra += f", {fan.failed} failed"
+                extra += f", {fan.failed:,} failed"
             if fan.replayed:
-                extra += f", {fan.replayed} replayed"
+                extra += f", {fan.replayed:,} replayed"
             err = f'{err}<div class="muted">{_e(extra)}</div>'
         rows.append(
             f'<tr id="step-{_e(sid)}"><td><code>{_e(sid)}</code></td><td>{_e(s["tool"])}</td>'
@@ -224,10 +224,10 @@ def _fan_outs(r: RunReport) -> str:
                         for f in fan.failures)
         more = fan.failed - len(fan.failures)
         if more > 0:
-            fails += f"<li>… {more} more failed items (<code>planrun log</code>)</li>"
+            fails += f"<li>… {more:,} more failed items (<code>planrun log</code>)</li>"
         out.append(
             f'<section class="fan" data-step="{_e(sid)}"><h3>Fan-out <code>{_e(sid)}</code>: '
-            f"{fan.total} items, {fan.succeeded} succeeded, {fan.failed} failed</h3>"
+            f"{fan.total:,} items, {fan.succeeded:,} succeeded, {fan.failed:,} failed</h3>"
             f'<div class="cols"><div>{svg.spread(fan)}<div class="muted">item durations'
             f'</div></div><dl class="facts">{stats}</dl>'
             + (f"<div><strong>failed items</strong><ul>{fails}</ul></div>" if fails else "")
@@ -281,12 +281,12 @@ def _events(r: RunReport) -> str:
         rows.append(f'<tr><td class="mono when" title="{_e(e["ts"])}">{_e(_clock(e["ts"], day))}'
                     f'</td><td>{_e(e["kind"])}</td>'
                     f'<td><code>{where}</code></td><td class="mono">{_e(data)}</td></tr>')
-    left = (f'<p class="muted">{r.events_left_out} fan-out item events are not copied here; '
+    left = (f'<p class="muted">{r.events_left_out:,} fan-out item events are not copied here; '
             f'<code>planrun log {_e(r.manifest["run_id"])}</code> shows every one.</p>'
             if r.events_left_out else "")
     head = "".join(f"<th scope=col>{h}</th>" for h in ("time (UTC)", "event", "step",
                                                         "data"))
-    return (f'<h2 id="events">Events</h2><details><summary>{r.events_total} events in order'
+    return (f'<h2 id="events">Events</h2><details><summary>{r.events_total:,} events in order'
             f'</summary>{left}<div class="scroll"><table class="events"><thead><tr>{head}'
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div></details>")
 

@@ -86,8 +86,8 @@ def _node_text(report: RunReport, sid: str) -> tuple[str, str, str]:
     line = f"{status} · {tool}" if tool else status
     fan = report.fan_outs.get(sid)
     if fan is not None:
-        line = f"{status} · {fan.total} items" + (f", {fan.failed} failed" if fan.failed
-                                                  else "")
+        line = f"{status} · {fan.total:,} items" + (f", {fan.failed:,} ✗" if fan.failed
+                                                    else "")
     full = f"step {sid}: {status}" + (f" ({tool})" if tool else "")
     if step and step.get("error"):
         full += f" — [{step['error'].get('code')}] {step['error'].get('message')}"
@@ -211,7 +211,7 @@ def timeline(report: RunReport) -> str:
         fan = report.fan_outs.get(s["id"])
         note = f"{s['status']}, {duration(s.get('duration_s'))}"
         if fan is not None:
-            note += f", {fan.total} items"
+            note += f", {fan.total:,} items"
         xa, xb = x(start), x(end)
         bar_dash = ' stroke-dasharray="4 2"' if dashed else ""
         # The note right of the bar; else left of it; else (a bar across the whole
