@@ -34,7 +34,7 @@ def _row(page: str, step: str) -> str:
 
 
 def test_default_file_shows_every_step_status_and_error_without_the_secret(
-        proj: Project, tmp_path: Path) -> None:
+        proj: Project, tmp_path: Path, journal_location: Path | str) -> None:
     run_id = _nightly(proj)
     here = tmp_path / "elsewhere"
     here.mkdir()
@@ -141,7 +141,8 @@ def test_refused_cycle_is_said_not_drawn(proj: Project) -> None:
     assert "<code>cycle</code>" in shown.stdout
 
 
-def test_retry_lineage_links_parent_and_child(proj: Project) -> None:
+def test_retry_lineage_links_parent_and_child(proj: Project,
+                                              journal_location: Path | str) -> None:
     parent = _nightly(proj)
     _, other = execute_json(proj, "nightly", "-p", f"token={SECRET}")  # a root of its own
     retried = invoke(proj, "retry", parent, "-p", f"token={SECRET}", "--json")
