@@ -202,3 +202,36 @@ def test_percentiles_and_histogram() -> None:
     assert counts == [10] * 10
     assert histogram([2.0, 2.0], bins=4) == [2, 0, 0, 0]
     assert histogram([]) == []
+
+
+def test_approvals_are_shown_with_who_cleared_each_step(proj: Project) -> None:
+    proj.write("tools.yaml", proj.root.joinpath("tools.yaml").read_text() + """
+  wipe:
+    python: clitools:echo
+    irreversible: true
+    arguments:
+      type: object
+      properties:
+        value: {}
+      required: [value]
+      additionalProperties: false
+""")
+    proj.write_plan("careful", """
+        planrun: 1
+        goal: Clear before wiping
+        steps:
+          - {id: look, tool: echo, arguments: {value: 1}}
+          - {id: wipe, tool: wipe, depends_on: [look], arguments: {value: 2}}
+    """)
+    result, m = execute_json(proj, "careful", "--approve", "wipe")
+    assert result.exit_code == 0, result.output
+    who = {s["id"]: s["approved_by"] for s in m["steps"]}["wipe"]
+    assert who
+    page = report(proj, "-o", "-").stdout
+    assert who in _row(page, "wipe")
+    approvals = re.search(r'<h2 id="approvals">.*?</table>', page, re.DOTALL)
+    assert approvals
+    text = unescape(re.sub(r"<[^>]+>", " ", approvals.group(0))).split()
+    assert "wipe" in text
+    assert "granted" in text
+    assert who in " ".join(text)
