@@ -75,6 +75,7 @@ def test_out_file_and_stdout(proj: Project, tmp_path: Path) -> None:
     written = report(proj, run_id[:6], "--out", str(target))
     assert written.returncode == 0, written.stderr
     assert written.stdout.strip() == str(target)
+    assert target.stat().st_mode & 0o777 == 0o600  # parameters and errors are in it
     on_stdout = report(proj, "last", "-o", "-")
     assert on_stdout.returncode == 0, on_stdout.stderr
     assert on_stdout.stdout == target.read_text(encoding="utf-8")

@@ -122,5 +122,8 @@ def test_fifty_step_dag_stays_legible(proj: Project, tmp_path: Path, driver: Any
         ".fontSize)")
     assert size >= 12
     assert _overflow(driver) <= 0
+    # five boxes side by side fit a 1280 px window: the picture needs no sideways scroll
+    assert driver.execute_script(
+        "const f = document.querySelector('.scroll.pic'); return f.scrollWidth <= f.clientWidth")
     shot = loaded.screenshot(tmp_path / "report-fifty-steps.png")
     _keep(shot)

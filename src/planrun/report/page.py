@@ -41,7 +41,8 @@ background:var(--soft)}
 .scroll.pic svg{margin:0 auto}
 table.params{width:auto;min-width:40%}
 svg{display:block;font-family:system-ui,"DejaVu Sans",sans-serif}
-svg .edges path{fill:none;stroke:#777;stroke-width:1.4}
+svg .edges path{fill:none;stroke:#777;stroke-width:1.4;stroke-linejoin:round}
+svg .edges path.long{stroke:#8a8a95;stroke-dasharray:none}
 svg .sid{font-size:13px;font-weight:600;fill:#1d1d1f}
 svg .st,svg .note,svg .lbl{font-size:12px;fill:#2b2b30}
 svg .axis{font-size:11px;fill:var(--muted)}

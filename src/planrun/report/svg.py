@@ -26,12 +26,14 @@ STATUS_STYLE: dict[str, tuple[str, str, str, bool]] = {
     "not run": ("#ffffff", "#6f6f6f", "○", True),
 }
 
-NODE_W, NODE_H = 200, 50
-GAP_X, GAP_Y = 24, 46
+NODE_W, NODE_H = 190, 50
+GAP_X, GAP_Y = 20, 46
 #: Nodes side by side before a layer wraps onto another row (keeps the picture legible
 #: and within a 1280 px window, however wide the plan).
 PER_ROW = 5
 PAD = 12
+#: Room on each side of the boxes for arrows that pass rows by.
+SIDE = 26
 
 
 def style(status: str) -> tuple[str, str, str, bool]:
@@ -108,14 +110,18 @@ def dag(report: RunReport) -> str:
     rows: list[list[str]] = []
     for layer in layers(report.order, report.depends_on):
         rows += [layer[i:i + PER_ROW] for i in range(0, len(layer), PER_ROW)]
-    width = PAD * 2 + min(PER_ROW, max(len(r) for r in rows)) * (NODE_W + GAP_X) - GAP_X
+    width = 2 * (PAD + SIDE) + min(PER_ROW, max(len(r) for r in rows)) * (NODE_W + GAP_X) \
+        - GAP_X
     height = PAD * 2 + len(rows) * (NODE_H + GAP_Y) - GAP_Y
     at: dict[str, tuple[float, float]] = {}
+    row_of: dict[str, int] = {}
     for r, row in enumerate(rows):
         row_w = len(row) * (NODE_W + GAP_X) - GAP_X
         x0 = (width - row_w) / 2
         for i, sid in enumerate(row):
             at[sid] = (x0 + i * (NODE_W + GAP_X), PAD + r * (NODE_H + GAP_Y))
+            row_of[sid] = r
+    lanes = {"left": 0, "right": 0}
     parts = [f'<svg class="dag" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" role="group" '
              'aria-label="The run\'s steps and what each waits on">',
@@ -128,9 +134,22 @@ def dag(report: RunReport) -> str:
             x0, y0 = at[dep]
             ax, ay = x0 + NODE_W / 2, y0 + NODE_H
             bx, by = x1 + NODE_W / 2, y1 - 2
-            mid = (ay + by) / 2 if by > ay else ay + GAP_Y / 2
-            parts.append(f'<path d="M{ax:.1f},{ay:.1f} C{ax:.1f},{mid:.1f} {bx:.1f},'
-                         f'{mid:.1f} {bx:.1f},{by:.1f}" marker-end="url(#arrow)"/>')
+            if row_of[sid] - row_of[dep] <= 1:
+                mid = (ay + by) / 2
+                parts.append(f'<path d="M{ax:.1f},{ay:.1f} C{ax:.1f},{mid:.1f} {bx:.1f},'
+                             f'{mid:.1f} {bx:.1f},{by:.1f}" marker-end="url(#arrow)"/>')
+                continue
+            # Past rows in between: around them, down a lane beside the nodes, never
+            # through a box (which would read as an arrow into it).
+            side = "left" if ax + bx < width else "right"
+            k = lanes[side] % 5
+            lanes[side] += 1
+            cx = PAD + SIDE - 8 - 4 * k if side == "left" else width - PAD - SIDE + 8 + 4 * k
+            y_out = ay + GAP_Y / 2 - 6 + 3 * k
+            y_in = by - GAP_Y / 2 + 8 - 3 * k
+            parts.append(f'<path class="long" d="M{ax:.1f},{ay:.1f} L{ax:.1f},{y_out:.1f} '
+                         f"L{cx:.1f},{y_out:.1f} L{cx:.1f},{y_in:.1f} L{bx:.1f},{y_in:.1f} "
+                         f'L{bx:.1f},{by:.1f}" marker-end="url(#arrow)"/>')
     parts.append("</g>")
     for sid in report.order:
         x, y = at[sid]
@@ -145,9 +164,9 @@ def dag(report: RunReport) -> str:
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{NODE_W}" height="{NODE_H}" rx="6" '
             f'fill="{fill}" stroke="{stroke}" stroke-width="{wide}"{dash}/>'
             f'<text x="{x + 10:.1f}" y="{y + 20:.1f}" class="sid">'
-            f'<tspan fill="{stroke}">{glyph}</tspan> {escape(_cut(sid, 22))}</text>'
+            f'<tspan fill="{stroke}">{glyph}</tspan> {escape(_cut(sid, 21))}</text>'
             f'<text x="{x + 10:.1f}" y="{y + 38:.1f}" class="st">'
-            f'{escape(_cut(line, 30))}</text></a>')
+            f'{escape(_cut(line, 28))}</text></a>')
     parts.append("</svg>")
     return "".join(parts)
 
