@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import graphlib
+import os
 import re
 import subprocess
 import sys
+import time
 from html import unescape
 from pathlib import Path
 
 import pytest
 
 from conftest import Project
+from harness import run_planrun
 from planrun.report.data import histogram, percentile
 from planrun.report.svg import layers
 
@@ -236,3 +239,35 @@ def test_approvals_are_shown_with_who_cleared_each_step(proj: Project) -> None:
     assert "wipe" in text
     assert "granted" in text
     assert who in " ".join(text)
+
+
+def test_a_resumed_run_shades_the_idle_time_and_items_do_not_count_it(
+        proj: Project) -> None:
+    proj.write("tools.yaml", """
+        tools:
+          again:
+            python: clitools:echo
+            idempotent: true
+            arguments: {type: object, properties: {value: {}}, required: [value],
+                        additionalProperties: false}
+    """)
+    proj.write_plan("crashy", """
+        planrun: 1
+        goal: Die while fanning out, then go on
+        steps:
+          - {id: first, tool: again, arguments: {value: 0}}
+          - {id: each, tool: again, depends_on: [first], for_each: [1, 2, 3],
+             arguments: {value: "{item}"}}
+    """)
+    env = dict(os.environ, PLANRUN_TEST_CRASH="dispatch:each")  # item 0's dispatch record
+    died = run_planrun("execute", "crashy", "-q", cwd=proj.root, env=env)
+    assert died.returncode == -9, died.stderr
+    time.sleep(2.0)  # nobody drives the run
+    resumed = run_planrun("resume", "-q", cwd=proj.root)
+    assert resumed.returncode == 0, resumed.stderr
+    page = report(proj, "-o", "-").stdout
+    assert 'class="idle"' in page
+    assert "shaded: nobody drove the run" in page
+    longest = re.search(r"<dt>max</dt><dd>([^<]+)</dd>", page)
+    assert longest, "no item durations"
+    assert longest.group(1).endswith(" ms"), longest.group(1)  # not the 2 s nobody worked

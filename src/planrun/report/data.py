@@ -32,7 +32,8 @@ class FanOut:
 
     Attributes:
         total, succeeded, failed, replayed: item counts.
-        durations_s: each finished item's duration in seconds, sorted ascending.
+        durations_s: each finished item's duration in seconds (working time: less the
+            time nobody drove the run), sorted ascending.
         percentiles: ``{"p50", "p90", "p99", "max"}`` of ``durations_s`` (seconds;
             empty when no item finished).
         histogram: ``HISTOGRAM_BINS`` counts of ``durations_s`` over equal-width bins
@@ -86,11 +87,22 @@ class RunReport:
     idle: list[tuple[str, str]]
 
 
-def seconds_between(start: str | None, end: str | None) -> float | None:
-    """Seconds from RFC 3339 ``start`` to ``end`` (None when either is missing)."""
+def seconds_between(start: str | None, end: str | None,
+                    idle: list[tuple[datetime, datetime]] | None = None) -> float | None:
+    """Seconds from RFC 3339 ``start`` to ``end`` less the ``idle`` times inside them.
+
+    Working time, as the manifest's durations: the time nobody drove the run (it died and
+    was resumed later) is not an item's. None when ``start`` or ``end`` is missing.
+    """
     if not start or not end:
         return None
-    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    a, b = datetime.fromisoformat(start), datetime.fromisoformat(end)
+    seconds = (b - a).total_seconds()
+    for g0, g1 in idle or ():
+        lo, hi = max(a, g0), min(b, g1)
+        if hi > lo:
+            seconds -= (hi - lo).total_seconds()
+    return seconds
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -111,7 +123,8 @@ def histogram(sorted_values: list[float], bins: int = HISTOGRAM_BINS) -> list[in
     return counts
 
 
-def _fan_out(journal: Journal, run_id: str, step_id: str) -> FanOut:
+def _fan_out(journal: Journal, run_id: str, step_id: str,
+             idle: list[tuple[datetime, datetime]]) -> FanOut:
     fan = FanOut()
     for item in journal.items(run_id, step_id):
         fan.total += 1
@@ -124,7 +137,7 @@ def _fan_out(journal: Journal, run_id: str, step_id: str) -> FanOut:
                 fan.failures.append({"index": item.index, "code": error.get("code"),
                                      "message": error.get("message")})
         fan.replayed += item.replayed
-        took = seconds_between(item.started_at, item.finished_at)
+        took = seconds_between(item.started_at, item.finished_at, idle)
         if took is not None:
             fan.durations_s.append(max(0.0, took))
     fan.durations_s.sort()
@@ -206,7 +219,9 @@ def gather(journal: Journal, run_id: str) -> RunReport:
     for sid, tool, deps in planned:
         depends_on[sid] = list(dict.fromkeys(d for d in deps if d in known and d != sid))
         tools.setdefault(sid, tool)
-    fan_outs = {s["id"]: _fan_out(journal, run_id, s["id"]) for s in m["steps"]
+    idle = journal.idle_gaps(run_id)
+    gaps = [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for a, b in idle]
+    fan_outs = {s["id"]: _fan_out(journal, run_id, s["id"], gaps) for s in m["steps"]
                 if s.get("items")}
     approvals = [{"step": a.step_id, "item": a.item, "tool": a.tool, "granted": a.granted,
                   "decided_by": a.decided_by, "method": a.method,
@@ -224,4 +239,4 @@ def gather(journal: Journal, run_id: str) -> RunReport:
         fan_outs=fan_outs, children=journal.child_run_ids(run_id),
         approvals=redact.display(approvals), events=redact.display(events),
         events_total=total, events_left_out=left_out, issues=redact.display(issues),
-        idle=journal.idle_gaps(run_id))
+        idle=idle)
