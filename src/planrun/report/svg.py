@@ -175,6 +175,7 @@ def _t(ts: str) -> float:
     return datetime.fromisoformat(ts).timestamp()
 
 
+#: The widest label column, the chart's width and a row's height (px).
 LABEL_W, CHART_W, ROW_H = 190, 760, 24
 
 
@@ -189,6 +190,8 @@ def timeline(report: RunReport) -> str:
     if not started or not m.get("started_at"):
         return ""
     steps = m["steps"]
+    # The label column fits the longest step id shown (24 characters at most).
+    label_w = max(60, min(LABEL_W, 8 + 7 * max(len(_cut(s["id"], 24)) for s in steps)))
     t0 = _t(m["started_at"])
     ends = [_t(s["finished_at"]) for s in started if s.get("finished_at")]
     ends += [_t(s["started_at"]) for s in started]
@@ -196,10 +199,10 @@ def timeline(report: RunReport) -> str:
         ends.append(_t(m["finished_at"]))
     span = max(max(ends) - t0, 1e-3)
     height = PAD + 22 + len(steps) * ROW_H + PAD
-    width = LABEL_W + CHART_W + PAD * 2
+    width = label_w + CHART_W + PAD * 2
 
     def x(ts: float) -> float:
-        return LABEL_W + PAD + max(0.0, min(1.0, (ts - t0) / span)) * CHART_W
+        return label_w + PAD + max(0.0, min(1.0, (ts - t0) / span)) * CHART_W
 
     parts = [f'<svg class="timeline" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
@@ -210,7 +213,7 @@ def timeline(report: RunReport) -> str:
                      f'{max(1.0, xb - xa):.1f}" height="{len(steps) * ROW_H}"><title>'
                      f'nobody drove the run from {escape(a)} to {escape(b)}</title></rect>')
     for i in range(5):  # the time axis: 0, ¼, ½, ¾ and the whole span
-        tx = LABEL_W + PAD + CHART_W * i / 4
+        tx = label_w + PAD + CHART_W * i / 4
         parts.append(f'<line class="grid" x1="{tx:.1f}" y1="{PAD + 16}" x2="{tx:.1f}" '
                      f'y2="{height - PAD}"/><text class="axis" x="{tx:.1f}" y="{PAD + 8}" '
                      f'text-anchor="{"start" if i == 0 else "end" if i == 4 else "middle"}">'
@@ -221,8 +224,8 @@ def timeline(report: RunReport) -> str:
         if not s.get("started_at"):  # never ran: its row says so, without a bar
             parts.append(
                 f'<g class="bar" data-step="{_a(s["id"])}"><text class="lbl" '
-                f'x="{LABEL_W + PAD - 6}" y="{y + 16}" text-anchor="end">'
-                f'{escape(_cut(s["id"], 24))}</text><text class="note" x="{LABEL_W + PAD + 4}"'
+                f'x="{label_w + PAD - 6}" y="{y + 16}" text-anchor="end">'
+                f'{escape(_cut(s["id"], 24))}</text><text class="note" x="{label_w + PAD + 4}"'
                 f' y="{y + 16}">{glyph} {escape(s["status"])}, did not run</text></g>')
             continue
         start = _t(s["started_at"])
@@ -237,13 +240,13 @@ def timeline(report: RunReport) -> str:
         # chart) inside its end.
         if xb + 170 <= width:
             anchor, note_x = "", xb + 6
-        elif xa - 170 >= LABEL_W + PAD:
+        elif xa - 170 >= label_w + PAD:
             anchor, note_x = ' text-anchor="end"', xa - 6
         else:
             anchor, note_x = ' text-anchor="end"', xb - 6
         parts.append(
             f'<g class="bar" data-step="{_a(s["id"])}"><title>{escape(s["id"])}: '
-            f'{escape(note)}</title><text class="lbl" x="{LABEL_W + PAD - 6}" '
+            f'{escape(note)}</title><text class="lbl" x="{label_w + PAD - 6}" '
             f'y="{y + 16}" text-anchor="end">{escape(_cut(s["id"], 24))}</text>'
             f'<rect x="{xa:.1f}" y="{y + 4}" width="{max(2.0, xb - xa):.1f}" '
             f'height="{ROW_H - 8}" rx="3" fill="{fill}" stroke="{stroke}"'
