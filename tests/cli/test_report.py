@@ -271,3 +271,29 @@ def test_a_resumed_run_shades_the_idle_time_and_items_do_not_count_it(
     longest = re.search(r"<dt>max</dt><dd>([^<]+)</dd>", page)
     assert longest, "no item durations"
     assert longest.group(1).endswith(" ms"), longest.group(1)  # not the 2 s nobody worked
+
+
+def test_a_run_awaiting_approval_says_what_it_waits_for(proj: Project) -> None:
+    proj.write("tools.yaml", proj.root.joinpath("tools.yaml").read_text() + """
+  wipe:
+    python: clitools:echo
+    irreversible: true
+    arguments:
+      type: object
+      properties:
+        value: {}
+      required: [value]
+      additionalProperties: false
+""")
+    proj.write_plan("careful", """
+        planrun: 1
+        goal: Wait for a person
+        steps:
+          - {id: wipe, tool: wipe, arguments: {value: 2}}
+    """)
+    result = invoke(proj, "execute", "careful", "--defer-approval")
+    assert result.exit_code == 4, result.output
+    page = " ".join(unescape(re.sub(r"<[^>]+>", " ", report(proj, "-o", "-").stdout)).split())
+    assert "status awaiting_approval" in page
+    assert "waiting for wipe (wipe)" in page
+    assert "approve planrun approve " in page

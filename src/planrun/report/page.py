@@ -139,6 +139,12 @@ def _header(r: RunReport) -> str:
             f'<a href="{_e(report_file(c))}"><code>{_e(c)}</code></a>' for c in r.children))
     if lineage:
         facts.append(("lineage", "; ".join(lineage)))
+    approval = m.get("approval") or {}
+    if approval.get("waiting"):  # awaiting approval: what it waits for, who decides how
+        facts.append(("waiting for", ", ".join(
+            f'<code>{_e(w["step"])}</code> ({_e(w["tool"])})' for w in approval["waiting"])))
+        facts.append(("approve", f'<code>{_e(approval.get("approve"))}</code>'))
+        facts.append(("deny", f'<code>{_e(approval.get("deny"))}</code>'))
     if m.get("next"):
         facts.append(("next", f'<code>{_e(m["next"])}</code>'))
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
