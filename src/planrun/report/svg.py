@@ -12,6 +12,7 @@ import graphlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from html import escape
+from typing import Any
 
 from .data import FanOut, RunReport
 
@@ -79,9 +80,9 @@ def layers(order: Sequence[str], depends_on: Mapping[str, Sequence[str]]) -> lis
     return out
 
 
-def _node_text(report: RunReport, sid: str) -> tuple[str, str, str]:
-    """(status, second line, full description) of a node."""
-    steps = {s["id"]: s for s in report.manifest["steps"]}
+def _node_text(report: RunReport, steps: Mapping[str, Mapping[str, Any]], sid: str
+               ) -> tuple[str, str, str]:
+    """(status, second line, full description) of a node; ``steps``: manifest steps by id."""
     step = steps.get(sid)
     status = step["status"] if step else "not run"
     tool = step["tool"] if step else report.tools.get(sid, "")
@@ -151,9 +152,10 @@ def dag(report: RunReport) -> str:
                          f"L{cx:.1f},{y_out:.1f} L{cx:.1f},{y_in:.1f} L{bx:.1f},{y_in:.1f} "
                          f'L{bx:.1f},{by:.1f}" marker-end="url(#arrow)"/>')
     parts.append("</g>")
+    steps = {s["id"]: s for s in report.manifest["steps"]}
     for sid in report.order:
         x, y = at[sid]
-        status, line, full = _node_text(report, sid)
+        status, line, full = _node_text(report, steps, sid)
         fill, stroke, glyph, dashed = style(status)
         dash = ' stroke-dasharray="5 3"' if dashed else ""
         wide = 3 if status == "failed" else 1.5
