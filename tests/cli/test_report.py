@@ -5,8 +5,10 @@ from __future__ import annotations
 import graphlib
 import os
 import re
+import stat
 import subprocess
 import sys
+import threading
 import time
 from html import unescape
 from pathlib import Path
@@ -297,3 +299,33 @@ def test_a_run_awaiting_approval_says_what_it_waits_for(proj: Project) -> None:
     assert "status awaiting_approval" in page
     assert "waiting for wipe (wipe)" in page
     assert "approve planrun approve " in page
+
+
+def test_out_through_a_symlink_and_into_a_fifo(proj: Project, tmp_path: Path) -> None:
+    _nightly(proj)
+    real = tmp_path / "reports" / "latest.html"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "latest.html"
+    link.symlink_to(real)
+    assert report(proj, "--out", str(link)).returncode == 0
+    assert link.is_symlink()  # still a link; the file it names holds the page
+    assert real.read_text(encoding="utf-8").startswith("<!doctype html>")
+    # Something that is not a regular file (a FIFO; a device like /dev/stdout) is
+    # written to, never replaced by a file.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text(encoding="utf-8")),
+                              daemon=True)
+    reader.start()
+    result = report(proj, "--out", str(fifo))
+    reader.join(timeout=20)
+    if reader.is_alive():  # nothing opened the FIFO: release the reader, then fail
+        with open(fifo, "w"):
+            pass
+        reader.join(timeout=5)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert got
+    assert got[0].startswith("<!doctype html>")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -35,28 +36,36 @@ def html_of(journal: Journal, run_id: str) -> str:
 def save(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` whole: a reader never sees half a report.
 
-    The page goes to a temporary file beside ``path``, then replaces it; the file is
-    readable by its owner only when it is new (0600 like the journal: a run's
-    parameters and errors are in it), else it keeps its mode.
+    A regular file (or a new one) is replaced: the page goes to a temporary file beside
+    it, then is renamed over it; a symlink stays a symlink (the file it names is
+    replaced). A new file is readable by its owner only (0600 like the journal: a run's
+    parameters and errors are in it); an existing one keeps its mode. Anything else
+    that exists (a device such as ``/dev/stdout``, a FIFO) is written to as it is, never
+    replaced.
 
     Returns:
-        The path written.
+        The path written (as given).
 
     Raises:
-        UsageError: the folder does not exist or cannot be written, or ``path`` is a
-            folder (``usage``, exit 2).
+        UsageError: the folder does not exist or cannot be written, ``path`` is a
+            folder, or writing fails (a full disk) (``usage``, exit 2).
     """
     target = Path(path)
     tmp: str | None = None
     try:
-        if target.is_dir():
+        real = target.resolve() if target.is_symlink() else target
+        if real.is_dir():
             raise IsADirectoryError(21, "is a folder")
-        mode = target.stat().st_mode & 0o777 if target.exists() else 0o600
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+        found = real.stat() if real.exists() else None
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            with open(real, "w", encoding="utf-8") as f:  # a device or a FIFO
+                f.write(text)
+            return target
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=real.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        os.chmod(tmp, 0o600 if found is None else found.st_mode & 0o777)
+        os.replace(tmp, real)
         tmp = None
     except OSError as exc:
         raise UsageError(f"cannot write the report to {target}: "
@@ -68,4 +77,3 @@ def save(path: str | os.PathLike[str], text: str) -> Path:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     return target
-
