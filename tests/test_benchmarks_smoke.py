@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
 
 
@@ -20,3 +22,17 @@ def test_benchmarks_smoke() -> None:
         assert f"| {name}" in proc.stdout, (name, proc.stdout)
     assert "ERROR" not in proc.stdout
     assert "FAILED" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.browser
+def test_report_benchmark_smoke() -> None:
+    """``benchmarks/report.py`` on a small fan-out: it runs and reports its figures."""
+    script = SCRIPT.with_name("report.py")
+    proc = subprocess.run([sys.executable, str(script), "--items", "40"], capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "report size: " in proc.stdout
+    assert "browser load time: " in proc.stdout
+    if "not measured" not in proc.stdout:
+        assert "requests other than the file: 0 []" in proc.stdout
+        assert "console errors: 0 []" in proc.stdout

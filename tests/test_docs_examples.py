@@ -548,6 +548,10 @@ def test_readme_unattended_recipe_runs_as_written(tmp_path: Path) -> None:
     assert manifest["status"] == "completed", (manifest, err)
     steps = {s["id"]: s for s in manifest["steps"]}
     assert steps["prune"]["approved_by"] == "nightly-prune"
+    # issue 18: the run's report, written next to the log
+    report = (home / "planrun-report.html").read_text(encoding="utf-8")
+    assert manifest["run_id"] in report
+    assert 'data-step="prune" data-status="succeeded"' in report
     archives = sorted((home / "backups").glob("backup-*.tar.gz"))
     assert len(archives) == 1
     check = subprocess.run(["sha256sum", "-c", archives[0].name + ".sha256"],

@@ -11,6 +11,7 @@ SQLite files, real SIGKILL (the ``PLANRUN_TEST_CRASH`` seam).
 from __future__ import annotations
 
 import base64
+import html
 import json
 import os
 import re
@@ -268,6 +269,12 @@ def test_no_byte_planrun_writes_holds_the_secret(tmp_path: Path, secret: str) ->
                     ["output", ref, "fan", "--item", "0"], ["output", ref, "env"]):
             assert proj.run(*cmd, "-v").returncode in (0, 2, 5), cmd  # an inherited
             # fan-out step of the child run has no items of its own (unknown_step, 2)
+        # issue 18: the report page, as written and as a browser reads it (unescaped)
+        page = proj.run("report", ref, "-o", "-", "-v")
+        assert page.returncode == 0, page.stderr
+        assert "***" in page.stdout
+        proj.texts.append((f"report of {ref}, HTML unescaped",
+                           html.unescape(page.stdout).encode()))
     for cmd in (["runs"], ["runs", "--json"], ["validate", "acc", "-p", f"token={secret}"],
                 ["show", "acc", "-p", f"token={secret}"],
                 ["execute", "acc", "--dry-run", "-p", f"token={secret}"]):

@@ -3,8 +3,8 @@
 Checking (``validate``, ``policy_check``, ``plans``, ``plan_for_viewing``), driving runs
 (``execute`` here; ``resume``, ``retry``, ``resolve``, ``unlock``, ``explain`` from
 :mod:`planrun.lifecycle`), reading the journal (``status``, ``runs``, ``log``, ``follow``,
-``output``), journal maintenance (``prune``, ``forget``), and what the CLI shows of plans
-and tools. Commands that drive a run return a :class:`~planrun.outcome.RunOutcome`.
+``output``, ``report``), journal maintenance (``prune``, ``forget``), and what the CLI
+shows of plans and tools. Commands that drive a run return a :class:`~planrun.outcome.RunOutcome`.
 
 Functions here take settings and plain values, return plain data (dicts, reports,
 outcomes) and raise :class:`~planrun.errors.PlanrunError` subclasses; they never print.
@@ -43,6 +43,7 @@ from .reading import (
     parse_age,
     plan_outline,
     prune,
+    report,
     runs,
     status,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "validate",
 ]
 __all__ += ["repair"]  # issue 13: planrun repair (planrun.repair)
+__all__ += ["report"]  # issue 18: planrun report (planrun.report)
 
 
 def validate(settings: Settings, names: Sequence[str], given: ParamInput | None = None,

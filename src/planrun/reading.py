@@ -1,7 +1,7 @@
 """Reading runs from the journal, and its maintenance (SPEC §7, §9).
 
-``status``, ``runs``, ``log``, ``follow``, ``output``; ``prune`` and ``forget``; what shell
-completion reads of a plan (``plan_outline``).
+``status``, ``runs``, ``log``, ``follow``, ``output``, ``report``; ``prune`` and
+``forget``; what shell completion reads of a plan (``plan_outline``).
 Below :mod:`planrun.api`, which offers these to the CLI. Read-only commands never create
 or migrate a journal.
 """
@@ -84,6 +84,22 @@ def log(settings: Settings, run_ref: str = "last") -> tuple[str, list[dict[str, 
     with _reader(settings) as journal:
         run_id = journal.resolve_run_id(run_ref)
         return run_id, list(journal.events(run_id))
+
+
+def report(settings: Settings, run_ref: str = "last") -> tuple[str, str]:
+    """(run id, the run's report page as HTML text) for ``planrun report`` (issue 18).
+
+    Read-only. Secrets are shown as ``***``; see :mod:`planrun.report`.
+
+    Raises:
+        RunError: ``unknown_run`` (exit 5).
+        JournalError: the journal cannot be read (exit 6).
+    """
+    from .report import html_of
+
+    with _reader(settings) as journal:
+        run_id = journal.resolve_run_id(run_ref)
+        return run_id, html_of(journal, run_id)
 
 
 def output(settings: Settings, run_ref: str, step: str, item: int | None = None) -> Any:

@@ -20,7 +20,7 @@ def test_help_lists_the_commands() -> None:
     result = invoke(None, "--help")
     assert result.exit_code == 0
     for command in ("validate", "execute", "resume", "resolve", "retry", "unlock", "status",
-                    "runs", "log", "output"):
+                    "runs", "log", "output", "report"):
         assert re.search(rf"^\s+{command}\s", result.stdout, re.M), command
 
 
@@ -42,7 +42,8 @@ def test_version() -> None:
     assert result.stdout.strip() == f"planrun {planrun.__version__}"
 
 
-@pytest.mark.parametrize("command", ["validate", "execute", "status", "runs", "log", "output"])
+@pytest.mark.parametrize("command", ["validate", "execute", "status", "runs", "log", "output",
+                                     "report"])
 def test_each_command_has_help(command: str) -> None:
     result = invoke(None, command, "--help")
     assert result.exit_code == 0

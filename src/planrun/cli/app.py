@@ -72,7 +72,7 @@ _FIRST: tuple[Callable[..., None], ...] = (
     run.resolve, run.retry, maintenance.unlock,
     plans.show, plans.graph, plans.tools, plans.schema, plans.init, planning.plan)
 _THEN: tuple[Callable[..., None], ...] = (
-    read.status, read.runs, read.log, read.output, plans.plans)
+    read.status, read.runs, read.log, read.output, read.report, plans.plans)
 for _command in _FIRST:
     app.command()(_command)
 app.command()(repair.repair)  # issue 13 (SPEC §10)

@@ -1,4 +1,4 @@
-"""Commands that read runs from the journal: status, runs, log, output."""
+"""Commands that read runs from the journal: status, runs, log, output, report."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .options import (
     NoColorOpt,
     PlanFilterOpt,
     ProjectOpt,
+    QuietOpt,
     StatusOpt,
     StepArg,
     VerboseOpt,
@@ -121,3 +122,30 @@ def output(
     settings = guard(lambda: settings_of(project, journal), verbose)
     value = guard(lambda: api.output(settings, run, step, item), verbose)
     ui.print_json(value)
+
+
+def report(
+    run: LatestRunArg = "last",
+    out: Annotated[str | None, typer.Option(
+        "-o", "--out", help="Write the page here (default: planrun-report-RUNID.html in "
+        "the current folder; - for stdout).", metavar="FILE")] = None,
+    journal: JournalOpt = None,
+    project: ProjectOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write a run as one self-contained HTML file (default: this project's latest run)."""
+    import sys
+
+    from .. import api
+
+    settings = guard(lambda: settings_of(project, journal), verbose)
+    run_id, page = guard(lambda: api.report(settings, run), verbose)
+    if out == "-":
+        sys.stdout.write(page)
+        return
+    from ..report import report_file, save
+
+    written = guard(lambda: save(out or report_file(run_id), page), verbose)
+    if not quiet:
+        typer.echo(str(written))

@@ -113,6 +113,13 @@ class ReadsMixin(JournalBase):
         return [event_record(r) for r in cur]
 
     @_reads
+    def child_run_ids(self, run_id: str) -> list[str]:
+        """Ids of the runs whose parent is ``run_id`` (its retries), oldest first."""
+        return [str(r[0]) for r in self._c().execute(
+            "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY created_at, seq",
+            (run_id,))]
+
+    @_reads
     def key(self, key: str) -> KeyRecord | None:
         """The idempotency key ``key`` as journaled, or None."""
         if self.conn is None:
