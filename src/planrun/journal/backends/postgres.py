@@ -278,8 +278,10 @@ class PgConnection:
             return
         check_id = str(len(self._checks) + 1)
         self._checks[check_id] = fail
-        self.execute(f"SELECT planrun_expect({condition}, '{check_id}', ({detail})::text)",
-                     args)
+        # The check's id is a parameter: the statement's text (and its cached
+        # translation, pg_sql) stays the same in every transaction.
+        self.execute(f"SELECT planrun_expect({condition}, ?, ({detail})::text)",
+                     (*params, check_id, *detail_params))
 
     def expect_changed(self, sql: str, params: Sequence[Any], rows: int, fail: Fail) -> None:
         """Run ``sql`` (an UPDATE or DELETE); raise ``fail(None)`` unless it changed ``rows``.
@@ -293,7 +295,7 @@ class PgConnection:
         check_id = str(len(self._checks) + 1)
         self._checks[check_id] = fail
         self.execute(f"WITH changed AS ({sql} RETURNING 1) SELECT planrun_expect("
-                     f"count(*) = {int(rows)}, '{check_id}', NULL) FROM changed", params)
+                     "count(*) = ?, ?, NULL) FROM changed", (*params, rows, check_id))
 
     def begin_batch(self, statements: Sequence[str]) -> None:
         """Start batching, with ``statements`` (no parameters) first in the batch."""
