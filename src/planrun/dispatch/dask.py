@@ -51,8 +51,11 @@ from .base import Call, CallLost, Dispatcher, Watch
 MAX_BATCH = 64
 #: Seconds planrun waits past a call's own timeout before it gives the call up.
 BACKSTOP_S = KILL_GRACE_S + 10.0
-#: Seconds to wait for a scheduler to answer when connecting.
+#: Seconds to wait for a scheduler to answer when connecting (Dask's own setting
+#: ``distributed.comm.timeouts.connect``, set in the environment as
+#: ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT``, wins when given).
 CONNECT_TIMEOUT_S = 10.0
+_CONNECT_ENV = "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"
 @dataclass
 class _Pending:
     call: Call
@@ -118,20 +121,19 @@ class DaskDispatcher(Dispatcher):
                              "not installed", hint="pip install 'planrun[dask]'") from None
         distributed: Any = _distributed  # untyped: its calls are checked by the tests
         shown = self.address or "a local cluster"
+        timeout: Any = (dask.config.get("distributed.comm.timeouts.connect")
+                        if os.environ.get(_CONNECT_ENV) else f"{CONNECT_TIMEOUT_S}s")
         try:
             with dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                                  "distributed.comm.timeouts.connect":
-                                  f"{CONNECT_TIMEOUT_S}s"}):
+                                  "distributed.comm.timeouts.connect": timeout}):
                 if self.address is None:
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.workers, threads_per_worker=self.threads,
                         processes=True, host="127.0.0.1", dashboard_address=None,
                         protocol="tcp://", env={worker.OWNED_ENV: "1"})
-                    self._client = distributed.Client(self._cluster,
-                                                      timeout=CONNECT_TIMEOUT_S)
+                    self._client = distributed.Client(self._cluster, timeout=timeout)
                 else:
-                    self._client = distributed.Client(self.address,
-                                                      timeout=CONNECT_TIMEOUT_S,
+                    self._client = distributed.Client(self.address, timeout=timeout,
                                                       set_as_default=False)
             self._check()
         except PlanrunError:
@@ -156,7 +158,7 @@ class DaskDispatcher(Dispatcher):
                 "so that a call is never run twice behind its back; nothing ran",
                 hint="Start the scheduler with "
                 "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0.")
-        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)  # seconds
         self._nthreads = max(1, sum(client.nthreads().values()))
 
     def close(self) -> None:
