@@ -236,7 +236,11 @@ class DaskDispatcher(Dispatcher):
         queued = [p for p in queued if not p.done.done()]  # cancelled before it was sent
         if not queued:
             return
-        size = max(1, min(MAX_BATCH, math.ceil(len(queued) / (2 * self._nthreads))))
+        # Batch size from every call under way (not only those ready now): a fan-out that
+        # keeps 256 calls going on 2 worker threads sends them 64 at a time, wave after
+        # wave, instead of splitting each wave further until tasks hold one call each.
+        under_way = len(self._batches) + len(queued)
+        size = max(1, min(MAX_BATCH, math.ceil(under_way / (2 * self._nthreads))))
         client = self._client
         for start in range(0, len(queued), size):
             part = queued[start:start + size]

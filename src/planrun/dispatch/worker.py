@@ -169,10 +169,14 @@ def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
     with contextlib.suppress(OSError):
         if Path.cwd() != root:
             os.chdir(root)  # python tools run in the project folder, like commands
-    return [_one(root, tools, call) for call in calls]
+    return asyncio.run(_batch(root, tools, calls))  # one event loop for the whole batch
 
 
-def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
+async def _batch(root: Path, tools: dict[str, ToolSpec], calls: list[Call]) -> list[Outcome]:
+    return [await _one(root, tools, call) for call in calls]
+
+
+async def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
     name = token(call)
     with _STATE.lock:
         if name in _STATE.stopped:
@@ -183,8 +187,12 @@ def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
         return ("failed", {"code": "tool_error", "message": f"tool {call.tool!r} is not "
                            f"registered (without problems) in this worker's copy of the "
                            f"project's tools.yaml ({root})"})
+    # Each call is a task of its own, so that stop_calls cancels this call only.
+    task = asyncio.create_task(_call(root, tool, call), name=name)
+    with _STATE.lock:
+        _STATE.running[name] = _Running(asyncio.get_running_loop(), task)
     try:
-        return asyncio.run(_call(root, tool, call, name))
+        return await task
     except asyncio.CancelledError:
         return ("cancelled", None)
     finally:
@@ -193,12 +201,8 @@ def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
             _STATE.stopped.discard(name)
 
 
-async def _call(root: Path, tool: ToolSpec, call: Call, name: str) -> Outcome:
-    running = _Running(asyncio.get_running_loop())
-    running.task = asyncio.current_task()
-    with _STATE.lock:
-        _STATE.running[name] = running
-    _SECRETS.set(call.secrets)
+async def _call(root: Path, tool: ToolSpec, call: Call) -> Outcome:
+    _SECRETS.set(call.secrets)  # a task's own context: the tool's thread inherits it
     stderr: list[str] = []
     try:
         if tool.kind == "python":
