@@ -373,6 +373,24 @@ def test_a_second_sigint_stops_the_command_on_the_worker(root: Path, cluster: st
     assert wait_for(lambda: group_gone(pgid), f"the end of group {pgid}", 15)
 
 
+def test_a_command_of_a_killed_planrun_does_not_run_on_on_the_worker(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    pidfile = tmp_path / "orphan.pid"
+    plan(root, "orphan", f"""
+      - {{id: s, tool: sleeper, arguments: {{pidfile: "{pidfile}"}}}}
+    """)
+    proc = start(root, tmp_path, "execute", "orphan", "--executor", cluster)
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), "the command starting")
+    pgid = int(pidfile.read_text())
+    os.killpg(proc.pid, signal.SIGKILL)  # planrun dies; the worker runs on
+    proc.wait()
+    # its client gone, the scheduler releases the task; the worker ends the command
+    assert wait_for(lambda: group_gone(pgid), f"the end of group {pgid}", 20)
+    r = planrun(root, "resume", "--executor", cluster)
+    assert r.returncode == 5, r.stderr
+    assert "error[indeterminate]" in r.stderr  # left running by a crash, not idempotent
+
+
 # --- choosing the executor ----------------------------------------------------------------
 
 

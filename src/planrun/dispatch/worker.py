@@ -19,7 +19,9 @@ not leave its commands running. What python tools print on the worker goes to th
 worker's stderr with the call's secrets masked (``***``).
 
 :func:`stop_calls` (sent with ``Client.run``) ends calls by token: a call not started yet
-is skipped, a running one is cancelled (its command's group ended).
+is skipped, a running one is cancelled (its command's group ended). The same happens on
+its own when the batch's Dask task is released — cancelled, or its client (planrun) gone:
+the worker looks every :data:`WATCH_S` seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import contextvars
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,11 +172,60 @@ def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
     with contextlib.suppress(OSError):
         if Path.cwd() != root:
             os.chdir(root)  # python tools run in the project folder, like commands
-    return asyncio.run(_batch(root, tools, calls))  # one event loop for the whole batch
+    gone = _task_watch()
+    return asyncio.run(_batch(root, tools, calls, gone))  # one event loop for the batch
 
 
-async def _batch(root: Path, tools: dict[str, ToolSpec], calls: list[Call]) -> list[Outcome]:
-    return [await _one(root, tools, call) for call in calls]
+#: Seconds between two looks at whether the Dask task of a batch is still wanted.
+WATCH_S = 0.5
+
+
+async def _batch(root: Path, tools: dict[str, ToolSpec], calls: list[Call],
+                 gone: Callable[[], bool] | None) -> list[Outcome]:
+    """The calls one after the other; all stopped once nobody wants the task any more."""
+    outcomes: list[Outcome] = []
+    watcher = asyncio.create_task(_watch(gone, calls)) if gone is not None else None
+    try:
+        for call in calls:
+            if gone is not None and gone():
+                outcomes.append(("cancelled", None))
+                continue
+            outcomes.append(await _one(root, tools, call))
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    return outcomes
+
+
+async def _watch(gone: Callable[[], bool], calls: list[Call]) -> None:
+    """Stop the running call when the task was released (cancelled, or planrun is gone).
+
+    A planrun that was killed has no client any more: the scheduler releases its tasks,
+    and a command it started here must not run on unnoticed.
+    """
+    names = [token(call) for call in calls]
+    while True:
+        await asyncio.sleep(WATCH_S)
+        if gone():
+            stop_calls(names)
+            return
+
+
+def _task_watch() -> Callable[[], bool] | None:
+    """In a Dask task: a check that the task was released; None outside one."""
+    try:
+        from distributed.worker import get_worker
+
+        dask_worker = get_worker()
+        key = dask_worker.get_current_task()
+    except Exception:  # not in a Dask task (called directly)
+        return None
+
+    def gone() -> bool:
+        state = dask_worker.state.tasks.get(key)
+        return state is None or state.state in ("cancelled", "released", "forgotten")
+
+    return gone
 
 
 async def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
