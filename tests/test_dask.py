@@ -394,22 +394,50 @@ def test_a_command_of_a_killed_planrun_does_not_run_on_on_the_worker(
 # --- choosing the executor ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["dusk", "dask:tcp://nohost", "dask:udp://h:99999"])
-def test_a_bad_executor_is_one_usage_error(root: Path, value: str) -> None:
+@pytest.mark.parametrize("value", ["dusk", "dask:", "dask:tcp://nohost", "dask:udp://h:1",
+                                   "dask:tcp://h:99999", "dask:tcp://h:1/x", " local:x"])
+def test_executor_values_that_are_refused(value: str) -> None:
+    from planrun.paths import parse_executor
+
+    with pytest.raises(ValueError, match=r"use local, dask .* or dask:tcp://HOST:PORT"):
+        parse_executor(value)
+
+
+@pytest.mark.parametrize(("value", "canonical"), [
+    ("local", "local"), ("dask", "dask"),
+    ("dask:tcp://10.0.0.5:8786", "dask:tcp://10.0.0.5:8786"),
+    ("dask:10.0.0.5:8786", "dask:tcp://10.0.0.5:8786"),
+    ("dask:tls://h.example:1", "dask:tls://h.example:1"),
+])
+def test_executor_values_that_are_accepted(value: str, canonical: str) -> None:
+    from planrun.paths import parse_executor
+
+    assert parse_executor(value) == canonical
+
+
+def test_a_bad_executor_is_one_usage_error(root: Path) -> None:
     plan(root, "bad", "  - {id: a, tool: rec, arguments: {log: x.log}}\n")
-    r = planrun(root, "execute", "bad", "--executor", value)
+    r = planrun(root, "execute", "bad", "--executor", "dusk")
     assert r.returncode == 2
     assert r.stderr.count("error[usage]") == 1
     assert "Traceback" not in r.stderr
     assert "dask:tcp://HOST:PORT" in r.stderr
 
 
-def test_a_bad_executor_in_planrun_toml_is_a_config_error(tmp_path: Path) -> None:
-    (tmp_path / "planrun.toml").write_text('executor = "cluster"\n', encoding="utf-8")
-    r = planrun(tmp_path, "execute", "x")
-    assert r.returncode == 3
-    assert "error[config]" in r.stderr
-    assert "Traceback" not in r.stderr
+def test_executor_in_planrun_toml(tmp_path: Path) -> None:
+    from planrun.errors import Refused
+    from planrun.paths import load_settings
+
+    (tmp_path / "planrun.toml").write_text('executor = "dask:h:8786"\n[dask]\nworkers = 3\n',
+                                           encoding="utf-8")
+    settings = load_settings(project=tmp_path)
+    assert (settings.executor, settings.dask) == ("dask:tcp://h:8786", {"workers": 3})
+    for bad in ('executor = "cluster"\n', "executor = 3\n", "[dask]\nworkers = 0\n",
+                "[dask]\nnodes = 2\n"):
+        (tmp_path / "planrun.toml").write_text(bad, encoding="utf-8")
+        with pytest.raises(Refused) as exc:
+            load_settings(project=tmp_path)
+        assert exc.value.code == "config"
 
 
 def test_a_scheduler_that_cannot_be_reached_is_one_message_and_nothing_runs(
@@ -461,7 +489,7 @@ def test_start_up_and_local_runs_do_not_import_dask(root: Path, tmp_path: Path) 
     """)
     log = tmp_path / "local.log"
     plan(root, "local", f"  - {{id: a, tool: rec, arguments: {{log: \"{log}\"}}}}\n")
-    for args in (["--help"], ["execute", "local"], ["execute", "local", "--executor", "local"]):
+    for args in (["--help"], ["execute", "local", "--executor", "local"]):
         proc = subprocess.run([sys.executable, "-c", probe, *args], cwd=root,
                               capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         assert proc.returncode == 0, proc.stderr

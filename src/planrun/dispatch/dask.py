@@ -17,8 +17,9 @@ after, per call), approvals, retries and timeouts — and Dask only runs calls:
   it is journaled ``indeterminate`` (code ``call_lost``) and settled like a call left
   running by a crash.
 - The timeout is the worker's: a command that runs past it has its process group ended
-  there. planrun waits :data:`BACKSTOP_S` seconds more before it gives a call up as timed
-  out (a worker that does not answer).
+  there. planrun waits :data:`BACKSTOP_S` seconds more (and the timeouts of the calls
+  before it in its batch, which run first) before it gives a call up as timed out (a
+  worker that does not answer); a call without a timeout is waited for.
 - Calls that become ready together (a fan-out's items) are sent in batches: up to
   :data:`MAX_BATCH` calls per Dask task, so that a 10,000-item fan-out does not pay
   Dask's per-task cost 10,000 times; each call is still journaled before and after on its
@@ -61,6 +62,7 @@ class _Pending:
     call: Call
     done: asyncio.Future[Any]
     name: str = ""
+    timer: asyncio.TimerHandle | None = None
 
 
 @dataclass
@@ -214,17 +216,18 @@ class DaskDispatcher(Dispatcher):
         if not self._queue:
             loop.call_soon(self._send)
         self._queue.append(pending)
-        wait = None if call.timeout is None else call.timeout + BACKSTOP_S
         try:
-            outcome = await asyncio.wait_for(asyncio.shield(pending.done), wait)
-        except TimeoutError:
-            self._stop(pending)
-            raise CallTimeout({"code": "timeout", "message": f"the Dask worker gave no "
-                               f"answer {BACKSTOP_S:g} s after the call's timeout of "
-                               f"{call.timeout} s; it was told to stop"}) from None
+            outcome = await pending.done
         except asyncio.CancelledError:
             self._stop(pending)
             raise
+        finally:
+            if pending.timer is not None:
+                pending.timer.cancel()
+        if isinstance(outcome, tuple) and outcome[:1] == ("gave_up",):
+            raise CallTimeout({"code": "timeout", "message": "the Dask worker gave no answer "
+                               f"{BACKSTOP_S:g} s after the call's timeout of "
+                               f"{call.timeout} s; it was told to stop"})
         if isinstance(outcome, tuple) and outcome[:1] == ("ok",) and len(outcome) > 2 \
                 and outcome[2] and watch.stderr is not None:
             watch.stderr(outcome[2])
@@ -255,8 +258,16 @@ class DaskDispatcher(Dispatcher):
                     _settle(p, exc)
                 continue
             self._by_key[batch.future.key] = batch
+            # The calls of a batch run one after the other: the n-th may wait for the
+            # timeouts of those before it. Give up on a call only past all of them.
+            budget: float | None = BACKSTOP_S
             for p in part:
                 self._batches[p.name] = batch
+                budget = None if budget is None or p.call.timeout is None else \
+                    budget + p.call.timeout
+                if budget is not None:
+                    p.timer = self._loop.call_later(budget, self._give_up, p) \
+                        if self._loop is not None else None
             batch.future.add_done_callback(self._finished)
 
     def _finished(self, future: Any) -> None:
@@ -286,6 +297,11 @@ class DaskDispatcher(Dispatcher):
                 _settle(p, outcomes[i])
             else:
                 _settle(p, outcomes)
+
+    def _give_up(self, pending: _Pending) -> None:
+        """The call's worker did not answer in time: a timeout, and the call is stopped."""
+        _settle(pending, ("gave_up",))
+        self._stop(pending)
 
     def _stop(self, pending: _Pending) -> None:
         """Stop a call given up on: its task cancelled, the call stopped on its worker."""

@@ -106,9 +106,13 @@ class _MaskedStream:
 
 def _prepare() -> None:
     """Once per worker process: stdio masked (and off planrun's stdout), the keeper."""
-    if _STATE.prepared:
-        return
-    _STATE.prepared = True
+    with _STATE.lock:  # several threads of one worker may start their first batch at once
+        if not _STATE.prepared:
+            _prepare_process()
+            _STATE.prepared = True
+
+
+def _prepare_process() -> None:
     if os.environ.get(OWNED_ENV):
         # A worker planrun started shares planrun's stdout: tools' writes go to stderr.
         with contextlib.suppress(OSError):
