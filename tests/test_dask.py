@@ -113,7 +113,7 @@ def hold(log, until):
 def chatty(log, token):
     print("the token is", token)
     print("to stderr:", token, file=sys.stderr)
-    _log(log, event="call")
+    _log(log, event="call", env=sorted(k for k in os.environ if k.startswith("PLANRUN_PARAM")))
     return {"said": len(token)}
 '''
 
@@ -291,12 +291,13 @@ def test_planrun_starts_its_own_cluster_from_planrun_toml(tmp_path: Path) -> Non
       - {{id: a, tool: chatty, arguments: {{log: "{log}", token: "{{params.token}}"}}}}
       - {{id: b, tool: rec, depends_on: [a], arguments: {{log: "{log}"}}}}
     """, extra="params:\n  token: {type: string, secret: true}\n")
-    r = planrun(proj, "execute", "own", "-p", f"token={secret}", "--json")
+    r = planrun(proj, "execute", "own", "--json", env={"PLANRUN_PARAM_TOKEN": secret})
     assert r.returncode == 0, r.stderr
     m = manifest(r)  # stdout is the manifest only: the workers' prints went to stderr
     assert m["status"] == "completed"
     assert [c["step"] for c in calls(log)] == ["a", "b"]
     assert os.getpid() not in {c["pid"] for c in calls(log)}
+    assert calls(log)[0]["env"] == []  # the workers inherit planrun's environment, less this
     assert "the token is ***" in r.stderr
     assert secret not in r.stdout + r.stderr
 

@@ -132,7 +132,8 @@ class DaskDispatcher(Dispatcher):
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.workers, threads_per_worker=self.threads,
                         processes=True, host="127.0.0.1", dashboard_address=None,
-                        protocol="tcp://", env={worker.OWNED_ENV: "1"})
+                        protocol="tcp://",
+                        env={worker.OWNED_ENV: "1", worker.HIDE_ENV: ",".join(_hidden())})
                     self._client = distributed.Client(self._cluster, timeout=timeout)
                 else:
                     self._client = distributed.Client(self.address, timeout=timeout,
@@ -333,6 +334,25 @@ class DaskDispatcher(Dispatcher):
         if names and client is not None:
             with contextlib.suppress(Exception):
                 client.run(worker.stop_calls, names, on_error="ignore")
+
+
+def _hidden() -> list[str]:
+    """What the local dispatcher keeps from tools besides ``PLANRUN_PARAM_*`` (SPEC §11).
+
+    ``PLANRUN_JOURNAL`` when it is a URL with a password; ``PGPASSWORD`` while this
+    process journals to PostgreSQL. Workers planrun starts inherit its environment.
+    """
+    import sys
+
+    from ..journal.backends import shown_location
+
+    names = []
+    journal = os.environ.get("PLANRUN_JOURNAL", "")
+    if "://" in journal and shown_location(journal) != journal:
+        names.append("PLANRUN_JOURNAL")
+    if "planrun.journal.backends.postgres" in sys.modules:
+        names.append("PGPASSWORD")
+    return names
 
 
 def _allowed_failures(dask_scheduler: Any = None) -> Any:

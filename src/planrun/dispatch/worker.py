@@ -41,7 +41,7 @@ from typing import IO, Any
 from .. import procs
 from ..redact import MASK, Secrets
 from ..registry import ToolSpec
-from ..tools import CallTimeout, ToolFailure, call_command, call_python
+from ..tools import PARAM_ENV_PREFIX, CallTimeout, ToolFailure, call_command, call_python
 from .base import Call
 
 #: How a call ended on the worker, as sent back (plain, picklable data):
@@ -52,6 +52,9 @@ Outcome = tuple[Any, ...]
 #: Set in the environment of workers planrun starts itself (``--executor dask``): their
 #: file descriptor 1 is planrun's stdout, which is for results only.
 OWNED_ENV = "PLANRUN_DASK_OWNED"
+#: Set with :data:`OWNED_ENV`: the variables of planrun's environment its workers drop
+#: (comma-separated), as the local dispatcher hides them from tools (SPEC §7, §11).
+HIDE_ENV = "PLANRUN_DASK_HIDE"
 #: On a worker, the project folder to use instead of the one planrun sends (the project
 #: is installed at another path there).
 PROJECT_ENV = "PLANRUN_WORKER_PROJECT"
@@ -113,6 +116,12 @@ def _prepare() -> None:
 
 
 def _prepare_process() -> None:
+    # Tools get a parameter only as an argument (SPEC §7): never PLANRUN_PARAM_*, which a
+    # worker planrun started inherits from it; nor what planrun hides from its own tools.
+    hidden = [n for n in os.environ.get(HIDE_ENV, "").split(",") if n]
+    for name in list(os.environ):
+        if name.startswith(PARAM_ENV_PREFIX) or name in hidden:
+            os.environ.pop(name, None)
     if os.environ.get(OWNED_ENV):
         # A worker planrun started shares planrun's stdout: tools' writes go to stderr.
         with contextlib.suppress(OSError):
