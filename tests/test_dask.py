@@ -96,6 +96,8 @@ def _log(log, **entry):
 
 def record(log, name=None):
     _log(log, event="call")
+    if name == "boom":
+        raise ValueError("boom was asked for")
     return {"name": name, "pid": os.getpid()}
 
 
@@ -230,7 +232,9 @@ def test_a_chain_and_a_fan_out_run_on_the_cluster(root: Path, cluster: str,
         max_parallel: 6
         arguments: {{log: "{log}", name: "{{item}}"}}
     """)
-    r = planrun(root, "execute", "chain", "--executor", cluster, "--json")
+    # 16 calls under way on 2 worker threads: the items go 4 to a Dask task
+    r = planrun(root, "execute", "chain", "--executor", cluster, "--json",
+                "--max-parallel", "16")
     assert r.returncode == 0, r.stderr
     m = manifest(r)
     assert m["status"] == "completed"
@@ -242,6 +246,31 @@ def test_a_chain_and_a_fan_out_run_on_the_cluster(root: Path, cluster: str,
     assert {c["pid"] for c in made} <= set(_worker_pids(cluster))  # on the workers
     out = planrun(root, "output", m["run_id"], "f")
     assert [o["name"] for o in json.loads(out.stdout)][:2] == ["first-then", "x"]
+
+
+def test_each_item_of_a_batch_has_its_own_outcome(root: Path, cluster: str,
+                                                   tmp_path: Path) -> None:
+    log = tmp_path / "batch.log"
+    names = [f"n{i}" for i in range(20)]
+    names[7] = names[13] = "boom"
+    plan(root, "batch", f"""
+      - id: f
+        tool: rec
+        for_each: {json.dumps(names)}
+        on_item_error: continue
+        arguments: {{log: "{log}", name: "{{item}}"}}
+    """)
+    r = planrun(root, "execute", "batch", "--executor", cluster, "--json",
+                "--max-parallel", "20")
+    assert r.returncode == 1, r.stderr
+    f = steps(manifest(r))["f"]
+    assert f["items"] == {"total": 20, "succeeded": 18, "failed": 2}
+    assert f["error"]["code"] == "items_failed"
+    assert f["error"]["message"].startswith("item(s) 7, 13 failed; item 7: ValueError: boom")
+    assert sorted(c["item"] for c in calls(log)) == list(range(20))  # each called once
+    assert {c["pid"] for c in calls(log)} <= set(_worker_pids(cluster))
+    out = planrun(root, "output", manifest(r)["run_id"], "f", "--item", "19")
+    assert json.loads(out.stdout)["name"] == "n19"
 
 
 def test_a_command_that_times_out_has_its_group_ended_on_the_worker(
