@@ -57,6 +57,8 @@ BACKSTOP_S = KILL_GRACE_S + 10.0
 #: ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT``, wins when given).
 CONNECT_TIMEOUT_S = 10.0
 _CONNECT_ENV = "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"
+
+
 @dataclass
 class _Pending:
     call: Call
@@ -375,8 +377,8 @@ def _unpack(outcome: Any, secrets: Secrets) -> Any:
             raise ToolFailure(outcome[1])
         if kind == "timeout":
             raise CallTimeout(outcome[1])
-        if kind == "cancelled":
-            raise asyncio.CancelledError
+        if kind == "cancelled":  # stopped on its worker while planrun still waited for it
+            raise CallLost("the call was stopped on its Dask worker (its task was released)")
     if isinstance(outcome, CallLost):
         raise outcome
     if type(outcome).__name__ == "KilledWorker":
