@@ -505,6 +505,18 @@ def test_a_scheduler_that_retries_lost_tasks_is_refused(root: Path) -> None:
     assert "allowed-failures" in r.stderr
 
 
+def test_the_worker_check_names_what_a_worker_lacks(root: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from planrun.dispatch import worker
+
+    assert worker.check(str(root), str(root / "tools.yaml")) is None
+    assert "no project folder" in str(worker.check(str(tmp_path / "gone"), "tools.yaml"))
+    assert "tools.yaml on this worker" in str(worker.check(str(tmp_path),
+                                                           str(tmp_path / "tools.yaml")))
+    monkeypatch.setenv(worker.PROJECT_ENV, str(root))  # installed elsewhere on the worker
+    assert worker.check("/elsewhere/proj", "/elsewhere/proj/tools.yaml") is None
+
+
 def test_start_up_and_local_runs_do_not_import_dask(root: Path, tmp_path: Path) -> None:
     probe = textwrap.dedent("""
         import atexit, sys

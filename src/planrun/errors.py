@@ -69,9 +69,9 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "no_output": (EXIT_RUN, "the step did not succeed, so it has no output"),
     "not_awaiting_approval": (EXIT_RUN, "approve or deny was given a run that is not "
                               "`awaiting_approval`"),
-    "executor_unavailable": (EXIT_RUN, "the Dask scheduler of `--executor dask` cannot be "
-                             "reached, has no workers, or re-runs tasks whose worker died; "
-                             "nothing ran"),
+    "executor_unavailable": (EXIT_RUN, "the Dask cluster of `--executor dask` cannot be "
+                             "reached, has no workers, has workers without planrun or the "
+                             "project, or re-runs tasks whose worker died; nothing ran"),
     "journal": (EXIT_JOURNAL, "the journal cannot be opened, read or written, is corrupt, "
                 "or is newer than this planrun"),
     "internal": (EXIT_RUN_FAILED, "an unexpected error in planrun (a bug) ended the run "

@@ -153,7 +153,11 @@ class DaskDispatcher(Dispatcher):
                 "(dask scheduler --host ...), or run with --executor local.") from None
 
     def _check(self) -> None:
-        """Refuse a scheduler that would run a call twice; count the workers' threads."""
+        """Refuse what cannot keep planrun's rules; count the workers' threads.
+
+        Refused: a scheduler that would run a call twice, workers that cannot make the
+        calls (no planrun, no project).
+        """
         client = self._client
         failures = client.run_on_scheduler(_allowed_failures)
         if failures != 0:
@@ -164,6 +168,17 @@ class DaskDispatcher(Dispatcher):
                 hint="Start the scheduler with "
                 "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0.")
         client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)  # seconds
+        answers = client.run(worker.check, str(self.project), str(self.registry),
+                             on_error="return")
+        bad = {address: answer for address, answer in answers.items() if answer is not None}
+        if bad:
+            address, answer = sorted(bad.items())[0]
+            why = answer if isinstance(answer, str) else f"{type(answer).__name__}: {answer}"
+            raise ExecutorUnavailable(
+                f"{len(bad)} of {len(answers)} Dask worker(s) cannot make planrun's calls "
+                f"(worker {address}: {why[:300]}); nothing ran",
+                hint="Every worker needs planrun (pip install 'planrun[dask]') and the "
+                "project, at the same path or at PLANRUN_WORKER_PROJECT.")
         self._nthreads = max(1, sum(client.nthreads().values()))
 
     def close(self) -> None:

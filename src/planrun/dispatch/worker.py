@@ -166,6 +166,22 @@ def _where(project: str, registry: str) -> tuple[Path, Path]:
         return root, root / Path(registry).name
 
 
+def check(project: str, registry: str) -> str | None:
+    """On a worker (``Client.run``, when planrun connects): None when calls can be made.
+
+    Returns:
+        What is missing, as one sentence: the project folder or its ``tools.yaml`` as this
+        worker would look for them (:data:`PROJECT_ENV`). A worker without planrun cannot
+        even load this function: the caller gets that exception instead.
+    """
+    root, reg = _where(project, registry)
+    if not root.is_dir():
+        return f"no project folder {root} on this worker (set {PROJECT_ENV})"
+    if not reg.is_file():
+        return f"no {reg} on this worker"
+    return None
+
+
 def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
     """Make each call once, in order, on this worker; returns one outcome per call.
 
