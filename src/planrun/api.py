@@ -207,14 +207,24 @@ class DryRun:
                           for sid in self.order]}
 
 
-def _settled(drive: Callable[[], RunOutcome]) -> RunOutcome:
+def _settled(drive: Callable[[], RunOutcome], settings: Settings | None = None,
+             dispatcher: Any = None) -> RunOutcome:
     """``drive()``; a bug that ended the run ``failed`` is that run's outcome (SPEC §5).
+
+    With ``settings`` naming a cluster (``executor``, SPEC §12) and no ``dispatcher``
+    given, the cluster is connected to first, before anything is journaled
+    (:func:`planrun.runner.executor_for`).
 
     The outcome's ``error`` is the :class:`~planrun.errors.InternalError`; without a
     manifest (the journal could not be read) it is raised.
     """
+    from .runner import executor_for
+
     try:
-        return drive()
+        if settings is None:
+            return drive()
+        with executor_for(settings, dispatcher):
+            return drive()
     except InternalError as exc:
         if exc.manifest is None:
             raise
@@ -271,7 +281,7 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     return _settled(lambda: _start(settings, loaded, plan, requests, approve, approve_all,
                                    None if defer_approval else approver, max_parallel,
                                    keep_going, progress, dispatcher, planned_by,
-                                   defer=defer_approval))
+                                   defer=defer_approval), settings, dispatcher)
 
 
 def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list[Any],
@@ -409,7 +419,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
     return _settled(lambda: lifecycle.resume(
         settings, ref, given, approve=list(approve), approve_all=approve_all,
         approver=None if defer_approval else approver, max_parallel=max_parallel,
-        progress=progress, defer_approval=defer_approval))
+        progress=progress, defer_approval=defer_approval), settings)
 
 
 def approve(settings: Settings, ref: str, steps: Sequence[str] = (), *,
@@ -482,7 +492,7 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
     return _settled(lambda: start_child(
         settings, run_ref, given, approve=list(approve), approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        progress=progress, from_step=from_step))
+        progress=progress, from_step=from_step), settings)
 
 
 def repair(settings: Settings, run_ref: str, planner: str, *,
@@ -510,7 +520,7 @@ def repair(settings: Settings, run_ref: str, planner: str, *,
     return _settled(lambda: replan(
         settings, run_ref, planner, max_rounds=max_rounds, given=given,
         approve=list(approve), approve_all=approve_all, approver=approver,
-        max_parallel=max_parallel, keep_going=keep_going, progress=progress))
+        max_parallel=max_parallel, keep_going=keep_going, progress=progress), settings)
 
 
 def explain(settings: Settings, ref: str | None, given: ParamInput | None = None

@@ -9,6 +9,7 @@ match on (SPEC §4 for plan problems, §7 for run problems)::
     ├── ApprovalError                exit 4  approval_required | approval_denied
     ├── RunError                     exit 5  unknown_run | run_busy | run_not_resumable |
     │                                        indeterminate | not_awaiting_approval
+    │   └── ExecutorUnavailable      exit 5  executor_unavailable (--executor dask)
     ├── JournalError                 exit 6  journal        cannot open/write, corrupt, newer
     └── InternalError                exit 1  internal       a bug in planrun ended the run
 
@@ -68,6 +69,9 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "no_output": (EXIT_RUN, "the step did not succeed, so it has no output"),
     "not_awaiting_approval": (EXIT_RUN, "approve or deny was given a run that is not "
                               "`awaiting_approval`"),
+    "executor_unavailable": (EXIT_RUN, "the Dask cluster of `--executor dask` cannot be "
+                             "reached, has no workers, has workers without planrun or the "
+                             "project, or re-runs tasks whose worker died; nothing ran"),
     "journal": (EXIT_JOURNAL, "the journal cannot be opened, read or written, is corrupt, "
                 "or is newer than this planrun"),
     "internal": (EXIT_RUN_FAILED, "an unexpected error in planrun (a bug) ended the run "
@@ -145,6 +149,17 @@ class RunError(PlanrunError):
 
     exit_code = EXIT_RUN
     default_code = "unknown_run"
+
+
+class ExecutorUnavailable(RunError):
+    """The Dask scheduler of ``--executor dask`` cannot be reached or used (exit 5).
+
+    Code ``executor_unavailable``. Raised before the run is journaled (or, for resume and
+    retry, before its lease is taken): nothing ran, and the command can simply be run
+    again once the scheduler is up.
+    """
+
+    default_code = "executor_unavailable"
 
 
 class JournalError(PlanrunError):

@@ -22,7 +22,9 @@ PLAN_SUFFIXES = (".yaml", ".yml", ".json")
 
 CONFIG_NAME = "planrun.toml"
 _KEYS = {"plans_dir", "registry", "journal", "max_parallel", "max_steps", "policy", "pools",
-         "planners"}
+         "planners", "executor", "dask"}
+#: Keys of ``[dask]`` in planrun.toml (the cluster ``--executor dask`` starts).
+_DASK_KEYS = {"workers", "threads_per_worker"}
 
 
 def default_journal() -> Path:
@@ -69,6 +71,9 @@ class Settings:
         policy: the raw ``[policy]`` table (checked by ``planrun.policy``).
         pools: ``[pools]`` NAME → limit.
         planners: the raw ``[planners]`` table (checked by ``planrun.planners``).
+        executor: where calls run (SPEC §12): ``local``, ``dask`` (a local Dask cluster
+            started for the run) or ``dask:tcp://HOST:PORT`` (see :func:`parse_executor`).
+        dask: ``[dask]``: ``workers`` and ``threads_per_worker`` of the local Dask cluster.
     """
 
     project: Path
@@ -81,6 +86,33 @@ class Settings:
     policy: dict[str, Any] = field(default_factory=dict)
     pools: dict[str, int] = field(default_factory=dict)
     planners: dict[str, Any] = field(default_factory=dict)
+    executor: str = "local"
+    dask: dict[str, int] = field(default_factory=dict)
+
+
+def parse_executor(value: str) -> str:
+    """``--executor`` / ``executor =``, checked: ``local``, ``dask`` or ``dask:ADDRESS``.
+
+    ADDRESS is a Dask scheduler's ``tcp://HOST:PORT`` (``tls://`` too; a bare
+    ``HOST:PORT`` means ``tcp://``), PORT 1-65535. Returns the canonical spelling.
+
+    Raises:
+        ValueError: any other value; the message says what is accepted.
+    """
+    text = value.strip()
+    if text in ("local", "dask"):
+        return text
+    kind, sep, address = text.partition(":")
+    if kind == "dask" and sep:
+        if "://" not in address:
+            address = "tcp://" + address
+        scheme, _, rest = address.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if scheme in ("tcp", "tls") and colon and host and "/" not in rest \
+                and port.isdigit() and 0 < int(port) < 65536:
+            return f"dask:{scheme}://{host}:{port}"
+    raise ValueError(f"unknown executor {value!r}: use local, dask (a local Dask cluster "
+                     "for the run) or dask:tcp://HOST:PORT (a Dask scheduler)")
 
 
 def shown_path(path: Path) -> str:
@@ -159,7 +191,7 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
         for key in ("plans_dir", "registry", "journal"):
             if key in raw and not isinstance(raw[key], str):
                 raise _config_error(config_file, f"{key} must be a string path")
-        for key in ("policy", "pools", "planners"):
+        for key in ("policy", "pools", "planners", "dask"):
             if key in raw and not isinstance(raw[key], dict):
                 raise _config_error(config_file, f"[{key}] must be a table")
     cfg_file = config_file or folder / CONFIG_NAME
@@ -168,6 +200,19 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise _config_error(cfg_file, f"pool {name!r} must be an integer >= 1")
         pools[name] = limit
+    executor = raw.get("executor", "local")
+    try:
+        if not isinstance(executor, str):
+            raise ValueError(f"executor must be a string, not {executor!r}")
+        executor = parse_executor(executor)
+    except ValueError as exc:
+        raise _config_error(cfg_file, str(exc)) from None
+    dask = raw.get("dask") or {}
+    unknown_dask = sorted(set(dask) - _DASK_KEYS)
+    if unknown_dask:
+        raise _config_error(cfg_file, f"unknown [dask] setting(s) {', '.join(unknown_dask)}; "
+                            f"known: {', '.join(sorted(_DASK_KEYS))}")
+    dask = {k: _positive_int(dask, k, 1, cfg_file) for k in dask}
     if journal is not None:
         journal_at = journal_location(journal, here)
     elif os.environ.get("PLANRUN_JOURNAL"):
@@ -187,6 +232,8 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
         policy=raw.get("policy") or {},
         pools=pools,
         planners=raw.get("planners") or {},
+        executor=executor,
+        dask=dask,
     )
 
 

@@ -8,6 +8,7 @@ with the same manifest and exit statuses. Clearing approvals before is
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,52 @@ from .validation import CheckedPlan
 
 if TYPE_CHECKING:
     from .dispatch.base import Dispatcher
+
+#: The cluster dispatcher :func:`executor_for` connected for this command, if any.
+_OPEN: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar(
+    "planrun_open_dispatcher", default=None)
+
+
+def cluster_dispatcher(settings: Settings) -> Dispatcher:
+    """A (not yet connected) dispatcher for ``settings.executor`` ``dask[:ADDRESS]``.
+
+    Imports :mod:`planrun.dispatch.dask` (and so ``distributed``) only now.
+
+    Raises:
+        UsageError: ``distributed`` is not installed (exit 2).
+    """
+    from .dispatch.dask import DaskDispatcher
+
+    _, _, address = settings.executor.partition(":")
+    return DaskDispatcher(settings.project, settings.registry, address or None,
+                          workers=settings.dask.get("workers"),
+                          threads=settings.dask.get("threads_per_worker", 1))
+
+
+@contextlib.contextmanager
+def executor_for(settings: Settings, dispatcher: Any = None) -> Iterator[None]:
+    """While a command drives a run: the cluster of ``settings.executor``, connected.
+
+    Nothing to do for ``local`` or when the caller gives its own ``dispatcher``. For
+    ``dask[:ADDRESS]`` the scheduler is reached (or the local cluster started) *before*
+    the command journals anything, so a cluster that cannot be used costs nothing to
+    resume; :func:`drive` then makes the calls on it. Closed at the end.
+
+    Raises:
+        ExecutorUnavailable: code ``executor_unavailable`` (exit 5).
+        UsageError: ``distributed`` is not installed (exit 2).
+    """
+    if dispatcher is not None or settings.executor == "local" or _OPEN.get() is not None:
+        yield
+        return
+    opened: Any = cluster_dispatcher(settings)
+    opened.open()
+    token = _OPEN.set(opened)
+    try:
+        yield
+    finally:
+        _OPEN.reset(token)
+        opened.close()
 
 
 def stored_params(plan: CheckedPlan) -> dict[str, Any]:
@@ -128,6 +175,10 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     from . import manifest
     from .executor import Executor, inject_fault
 
+    if dispatcher is None:
+        dispatcher = _OPEN.get()
+    if dispatcher is None and settings.executor != "local":
+        dispatcher = cluster_dispatcher(settings)  # connected in its session
     executor = Executor(journal=journal, plan=plan, run_id=run_id, root_run_id=root_run_id,
                         project=settings.project, max_parallel=max_parallel,
                         keep_going=keep_going, progress=progress, owner=owner,

@@ -78,6 +78,10 @@ ApprovalTimeoutOpt = Annotated[float | None, typer.Option(
 MaxParallelOpt = Annotated[int | None, typer.Option(
     "--max-parallel", help="Calls running at once (default: as journaled).", min=1,
     max=2**63 - 1)]
+ExecutorOpt = Annotated[str | None, typer.Option(
+    "--executor", help="Where calls run: local (default: planrun.toml's executor), dask (a "
+    "local Dask cluster for the run) or dask:tcp://HOST:PORT (a Dask scheduler).",
+    metavar="EXECUTOR")]
 ItemOpt = Annotated[int | None, typer.Option(
     "--item", help="A fan-out item's index.", min=0, max=2**63 - 1)]
 StepArg = Annotated[str | None, typer.Argument(

@@ -14,6 +14,7 @@ from .options import (
     ApproveAllOpt,
     ApproveOpt,
     DeferApprovalOpt,
+    ExecutorOpt,
     ItemOpt,
     JournalOpt,
     JsonOpt,
@@ -46,6 +47,7 @@ def execute(
     approval_timeout: ApprovalTimeoutOpt = None,
     defer_approval: DeferApprovalOpt = False,
     max_parallel: MaxParallelOpt = None,
+    executor: ExecutorOpt = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", help="After a failure, go on with steps that do not depend on "
         "it.")] = False,
@@ -72,7 +74,7 @@ def execute(
         defer_approval=defer_approval), project=project,
         journal=journal, param=param, params_file=params_file,
         approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
-        as_json=as_json)
+        as_json=as_json, executor=executor)
     if isinstance(result, api.DryRun):
         for issue in api.grant_warnings(result.plan):
             ui.err(ui.issue_line(issue))
@@ -122,19 +124,33 @@ def _planned(plan: str | None, planner: str | None, goal: str | None,
 def _drive(call: Callable[[Any, Any, Any, Any], Any], *, project: str | None,
            journal: str | None, param: list[str] | None, params_file: str | None,
            approval_timeout: float | None, quiet: bool, no_color: bool, verbose: bool,
-           as_json: bool) -> Any:
+           as_json: bool, executor: str | None = None) -> Any:
     """The common part of execute, resume and retry.
 
-    Settings, parameters, the person at the terminal (if any), live progress; then
-    ``call(settings, given, approver, progress)``: a RunOutcome (or a DryRun).
+    Settings (``--executor`` over planrun.toml's ``executor``), parameters, the person at
+    the terminal (if any), live progress; then ``call(settings, given, approver,
+    progress)``: a RunOutcome (or a DryRun).
     """
     from .. import api, ui
 
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    if executor is not None:
+        settings.executor = guard(lambda: _executor(executor), verbose, as_json)
     given = guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
     approver = ui.TerminalApprover(approval_timeout, no_color) if ui.can_prompt() else None
     with ui.progress_reporter(quiet, no_color, verbose) as progress:
         return guard(lambda: call(settings, given, approver, progress), verbose, as_json)
+
+
+def _executor(value: str) -> str:
+    """``--executor``, checked (a usage error, exit 2, names what is accepted)."""
+    from ..errors import UsageError
+    from ..paths import parse_executor
+
+    try:
+        return parse_executor(value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _finish(outcome: Any, as_json: bool, no_color: bool) -> NoReturn:
@@ -186,6 +202,7 @@ def resume(
     approval_timeout: ApprovalTimeoutOpt = None,
     defer_approval: DeferApprovalOpt = False,
     max_parallel: MaxParallelOpt = None,
+    executor: ExecutorOpt = None,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -211,7 +228,7 @@ def resume(
         defer_approval=defer_approval), project=project,
         journal=journal, param=param, params_file=params_file,
         approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
-        as_json=as_json)
+        as_json=as_json, executor=executor)
     _finish(result, as_json, no_color)
 
 
@@ -258,6 +275,7 @@ def retry(
     approve_all: ApproveAllOpt = False,
     approval_timeout: ApprovalTimeoutOpt = None,
     max_parallel: MaxParallelOpt = None,
+    executor: ExecutorOpt = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", help="After a failure, go on with independent steps.")] = False,
     from_step: Annotated[str | None, typer.Option(
@@ -280,5 +298,5 @@ def retry(
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
         progress=progress, from_step=from_step), project=project, journal=journal, param=param,
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
-        no_color=no_color, verbose=verbose, as_json=as_json)
+        no_color=no_color, verbose=verbose, as_json=as_json, executor=executor)
     _finish(result, as_json, no_color)

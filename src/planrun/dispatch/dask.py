@@ -1,0 +1,412 @@
+"""The Dask dispatcher: each call (each fan-out item) runs on a Dask cluster (SPEC §12).
+
+``--executor dask`` starts a :class:`distributed.LocalCluster` for the run (worker
+processes on this host, loopback only, no dashboard); ``--executor dask:tcp://HOST:PORT``
+uses the scheduler of a cluster that is already there. planrun keeps everything that
+decides what happens — the DAG, the journal (the dispatch record before, the outcome
+after, per call), approvals, retries and timeouts — and Dask only runs calls:
+
+- Calls are sent as data (:class:`~planrun.dispatch.base.Call`: the tool by name, the
+  arguments, the context, the timeout, the secrets to mask) to
+  :func:`planrun.dispatch.worker.run_calls`, which imports the tool on the worker from the
+  project's ``tools.yaml`` (the worker must have planrun and the project).
+- Dask's own retries are off: every task is submitted with ``retries=0`` and
+  ``pure=False``, the cluster planrun starts has ``distributed.scheduler.allowed-failures``
+  0, and a scheduler that would re-run a task whose worker died (allowed-failures above 0)
+  is refused. A call whose worker died raises :class:`~planrun.dispatch.base.CallLost`:
+  it is journaled ``indeterminate`` (code ``call_lost``) and settled like a call left
+  running by a crash.
+- The timeout is the worker's: a command that runs past it has its process group ended
+  there. planrun waits :data:`BACKSTOP_S` seconds more (and the timeouts of the calls
+  before it in its batch, which run first) before it gives a call up as timed out (a
+  worker that does not answer); a call without a timeout is waited for.
+- Calls that become ready together (a fan-out's items) are sent in batches: up to
+  :data:`MAX_BATCH` calls per Dask task, so that a 10,000-item fan-out does not pay
+  Dask's per-task cost 10,000 times; each call is still journaled before and after on its
+  own, and at most ``max_parallel`` calls are under way, so planrun's memory stays bounded.
+- A cancelled call (SIGINT/SIGTERM after the grace period, the run's timeout, a lost
+  lease) has its task cancelled and is stopped on the worker (:func:`worker.stop_calls`).
+
+``distributed`` is imported only when this module is: nothing of it is loaded by
+``planrun --help`` or by a local run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExecutorUnavailable, PlanrunError, UsageError
+from ..redact import Secrets
+from ..tools import KILL_GRACE_S, CallTimeout, ToolFailure
+from . import worker
+from .base import Call, CallLost, Dispatcher, Watch
+
+#: Most calls sent in one Dask task.
+MAX_BATCH = 64
+#: Seconds planrun waits past a call's own timeout before it gives the call up.
+BACKSTOP_S = KILL_GRACE_S + 10.0
+#: Seconds to wait for a scheduler to answer when connecting (Dask's own setting
+#: ``distributed.comm.timeouts.connect``, set in the environment as
+#: ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT``, wins when given).
+CONNECT_TIMEOUT_S = 10.0
+_CONNECT_ENV = "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"
+
+
+@dataclass
+class _Pending:
+    call: Call
+    done: asyncio.Future[Any]
+    name: str = ""
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class _Batch:
+    pending: list[_Pending]
+    future: Any = None
+    cancelled: set[str] = field(default_factory=set)
+
+
+class DaskDispatcher(Dispatcher):
+    """Makes calls on a Dask cluster (see the module docstring).
+
+    Args:
+        project: the project folder (sent to workers; :data:`worker.PROJECT_ENV` there
+            overrides it).
+        registry: the ``tools.yaml`` file (likewise).
+        address: a scheduler's address (``tcp://HOST:PORT``), or None to start a
+            :class:`distributed.LocalCluster` for the run.
+        workers: worker processes of that local cluster (default: the CPU count).
+        threads: threads per worker process of that local cluster (default 1).
+    """
+
+    def __init__(self, project: Path, registry: Path, address: str | None = None,
+                 workers: int | None = None, threads: int = 1) -> None:
+        self.project = project
+        self.registry = registry
+        self.address = address
+        self.workers = workers or os.cpu_count() or 1
+        self.threads = threads
+        self.abandoned = 0
+        self._client: Any = None
+        self._cluster: Any = None
+        self._queue: list[_Pending] = []
+        self._batches: dict[str, _Batch] = {}  # token → its batch, while under way
+        self._by_key: dict[str, _Batch] = {}  # Dask key → batch
+        self._stops: list[str] = []
+        self._nthreads = 1
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- the cluster ----------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect to the scheduler (or start the local cluster). Idempotent.
+
+        Raises:
+            UsageError: ``distributed`` is not installed (exit 2).
+            ExecutorUnavailable: the scheduler cannot be reached, has no workers in
+                :data:`CONNECT_TIMEOUT_S` seconds, or re-runs tasks whose worker died
+                (exit 5).
+        """
+        if self._client is not None:
+            return
+        try:
+            import dask
+            import distributed as _distributed
+        except ImportError:
+            raise UsageError("--executor dask needs Dask's distributed scheduler, which is "
+                             "not installed", hint="pip install 'planrun[dask]'") from None
+        distributed: Any = _distributed  # untyped: its calls are checked by the tests
+        shown = self.address or "a local cluster"
+        timeout: Any = (dask.config.get("distributed.comm.timeouts.connect")
+                        if os.environ.get(_CONNECT_ENV) else f"{CONNECT_TIMEOUT_S}s")
+        try:
+            with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                                  "distributed.comm.timeouts.connect": timeout}):
+                if self.address is None:
+                    self._cluster = distributed.LocalCluster(
+                        n_workers=self.workers, threads_per_worker=self.threads,
+                        processes=True, host="127.0.0.1", dashboard_address=None,
+                        protocol="tcp://",
+                        env={worker.OWNED_ENV: "1", worker.HIDE_ENV: ",".join(_hidden())})
+                    self._client = distributed.Client(self._cluster, timeout=timeout)
+                else:
+                    self._client = distributed.Client(self.address, timeout=timeout,
+                                                      set_as_default=False)
+            self._check()
+        except PlanrunError:
+            self.close()
+            raise
+        except Exception as exc:  # OSError, TimeoutError, CommClosedError, …
+            self.close()
+            raise ExecutorUnavailable(
+                f"cannot use the Dask scheduler at {shown}: {type(exc).__name__}: "
+                f"{str(exc)[:300] or 'no answer'}; nothing ran",
+                hint="Check that the scheduler runs and is reachable from here "
+                "(dask scheduler --host ...), or run with --executor local.") from None
+
+    def _check(self) -> None:
+        """Refuse what cannot keep planrun's rules; count the workers' threads.
+
+        Refused: a scheduler that would run a call twice, workers that cannot make the
+        calls (no planrun, no project).
+        """
+        client = self._client
+        failures = client.run_on_scheduler(_allowed_failures)
+        if failures != 0:
+            raise ExecutorUnavailable(
+                f"the Dask scheduler at {self.address} re-runs a task whose worker died "
+                f"(distributed.scheduler.allowed-failures is {failures}); planrun needs 0, "
+                "so that a call is never run twice behind its back; nothing ran",
+                hint="Start the scheduler with "
+                "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0.")
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)  # seconds
+        answers = client.run(worker.check, str(self.project), str(self.registry),
+                             on_error="return")
+        bad = {address: answer for address, answer in answers.items() if answer is not None}
+        if bad:
+            address, answer = sorted(bad.items())[0]
+            why = answer if isinstance(answer, str) else f"{type(answer).__name__}: {answer}"
+            raise ExecutorUnavailable(
+                f"{len(bad)} of {len(answers)} Dask worker(s) cannot make planrun's calls "
+                f"(worker {address}: {why[:300]}); nothing ran",
+                hint="Every worker needs planrun (pip install 'planrun[dask]') and the "
+                "project, at the same path or at PLANRUN_WORKER_PROJECT.")
+        self._nthreads = max(1, sum(client.nthreads().values()))
+
+    def close(self) -> None:
+        """Disconnect (and stop the local cluster). Idempotent; never raises."""
+        client, cluster, self._client, self._cluster = self._client, self._cluster, None, None
+        for thing in (client, cluster):
+            if thing is not None:
+                with contextlib.suppress(Exception):
+                    thing.close()
+
+    def __enter__(self) -> DaskDispatcher:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def session(self, secrets: Secrets) -> Iterator[None]:
+        """The run's calls are made on the cluster (connected first if need be).
+
+        A cluster connected here is disconnected at the end.
+        """
+        here = self._client is None
+        self.open()
+        try:
+            yield
+        finally:
+            if here:
+                self.close()
+
+    # --- calls ----------------------------------------------------------------------------
+
+    def abandons(self, call: Call) -> bool:
+        """False: nothing of a call runs in this process.
+
+        A python call cancelled goes on in its worker's thread until it returns; its result
+        is dropped there.
+        """
+        return False
+
+    async def call(self, call: Call, watch: Watch) -> Any:
+        """Send the call to the cluster and wait for its outcome (see Dispatcher.call).
+
+        Raises:
+            ToolFailure: the call failed (its error as the local dispatcher gives it).
+            CallTimeout: it ran past its timeout (ended on the worker), or the worker did
+                not answer :data:`BACKSTOP_S` seconds after it.
+            CallLost: the worker running it died, or the cluster lost the task.
+        """
+        loop = self._loop = asyncio.get_running_loop()
+        pending = _Pending(call, loop.create_future(), worker.token(call))
+        if not self._queue:
+            loop.call_soon(self._send)
+        self._queue.append(pending)
+        try:
+            outcome = await pending.done
+        except asyncio.CancelledError:
+            self._stop(pending)
+            raise
+        finally:
+            if pending.timer is not None:
+                pending.timer.cancel()
+        if isinstance(outcome, tuple) and outcome[:1] == ("gave_up",):
+            raise CallTimeout({"code": "timeout", "message": "the Dask worker gave no answer "
+                               f"{BACKSTOP_S:g} s after the call's timeout of "
+                               f"{call.timeout} s; it was told to stop"})
+        if isinstance(outcome, tuple) and outcome[:1] == ("ok",) and len(outcome) > 2 \
+                and outcome[2] and watch.stderr is not None:
+            watch.stderr(outcome[2])
+        return _unpack(outcome, call.secrets)
+
+    def _send(self) -> None:
+        """Submit the queued calls, in batches (one Dask task each)."""
+        queued, self._queue = self._queue, []
+        queued = [p for p in queued if not p.done.done()]  # cancelled before it was sent
+        if not queued:
+            return
+        # Batch size from every call under way (not only those ready now): a fan-out that
+        # keeps 256 calls going on 2 worker threads sends them 64 at a time, wave after
+        # wave, instead of splitting each wave further until tasks hold one call each.
+        under_way = len(self._batches) + len(queued)
+        size = max(1, min(MAX_BATCH, math.ceil(under_way / (2 * self._nthreads))))
+        client = self._client
+        for start in range(0, len(queued), size):
+            part = queued[start:start + size]
+            batch = _Batch(part)
+            try:
+                batch.future = client.submit(
+                    worker.run_calls, str(self.project), str(self.registry),
+                    [p.call for p in part], pure=False, retries=0,
+                    key=f"planrun-{part[0].name}-{len(part)}-{os.urandom(4).hex()}")
+            except Exception as exc:  # the client is closed, the scheduler went away
+                for p in part:
+                    _settle(p, exc)
+                continue
+            self._by_key[batch.future.key] = batch
+            # The calls of a batch run one after the other: the n-th may wait for the
+            # timeouts of those before it. Give up on a call only past all of them.
+            budget: float | None = BACKSTOP_S
+            for p in part:
+                self._batches[p.name] = batch
+                budget = None if budget is None or p.call.timeout is None else \
+                    budget + p.call.timeout
+                if budget is not None:
+                    p.timer = self._loop.call_later(budget, self._give_up, p) \
+                        if self._loop is not None else None
+            batch.future.add_done_callback(self._finished)
+
+    def _finished(self, future: Any) -> None:
+        """From Dask's callback thread: hand each call of a batch its outcome."""
+        try:
+            if future.status == "finished":
+                outcomes: Any = future.result()
+            elif future.status == "error":
+                outcomes = future.exception()
+            else:  # cancelled, lost
+                outcomes = CallLost(f"the Dask task was {future.status}")
+        except Exception as exc:
+            outcomes = exc
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the run's loop has ended
+            loop.call_soon_threadsafe(self._deliver, future.key, outcomes)
+
+    def _deliver(self, key: str, outcomes: Any) -> None:
+        batch = self._by_key.pop(key, None)
+        if batch is None:
+            return
+        for i, p in enumerate(batch.pending):
+            self._batches.pop(p.name, None)
+            if isinstance(outcomes, list) and i < len(outcomes):
+                _settle(p, outcomes[i])
+            else:
+                _settle(p, outcomes)
+
+    def _give_up(self, pending: _Pending) -> None:
+        """The call's worker did not answer in time: a timeout, and the call is stopped."""
+        _settle(pending, ("gave_up",))
+        self._stop(pending)
+
+    def _stop(self, pending: _Pending) -> None:
+        """Stop a call given up on: its task cancelled, the call stopped on its worker."""
+        batch = self._batches.pop(pending.name, None)
+        if not pending.done.done():
+            pending.done.cancel()
+        if batch is None or self._client is None:
+            return
+        batch.cancelled.add(pending.name)
+        if batch.future is not None and all(p.name in batch.cancelled for p in batch.pending):
+            self._by_key.pop(batch.future.key, None)
+            with contextlib.suppress(Exception):
+                batch.future.cancel()
+        if not self._stops and self._loop is not None:
+            self._loop.call_soon(self._send_stops)
+        self._stops.append(pending.name)
+
+    def _send_stops(self) -> None:
+        """Tell every worker, once for all the calls given up on in this turn."""
+        names, self._stops = self._stops, []
+        if names and self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.run(worker.stop_calls, names, on_error="ignore")
+
+    def end_all(self) -> None:
+        """From any thread: stop every call under way (the run's lease was lost)."""
+        names = list(self._batches)
+        client = self._client
+        if names and client is not None:
+            with contextlib.suppress(Exception):
+                client.run(worker.stop_calls, names, on_error="ignore")
+
+
+def _hidden() -> list[str]:
+    """What the local dispatcher keeps from tools besides ``PLANRUN_PARAM_*`` (SPEC §11).
+
+    ``PLANRUN_JOURNAL`` when it is a URL with a password; ``PGPASSWORD`` while this
+    process journals to PostgreSQL. Workers planrun starts inherit its environment.
+    """
+    import sys
+
+    from ..journal.backends import shown_location
+
+    names = []
+    journal = os.environ.get("PLANRUN_JOURNAL", "")
+    if "://" in journal and shown_location(journal) != journal:
+        names.append("PLANRUN_JOURNAL")
+    if "planrun.journal.backends.postgres" in sys.modules:
+        names.append("PGPASSWORD")
+    return names
+
+
+def _allowed_failures(dask_scheduler: Any = None) -> Any:
+    """On the scheduler: how often it re-runs a task whose worker died."""
+    return getattr(dask_scheduler, "allowed_failures", None)
+
+
+def _settle(pending: _Pending, outcome: Any) -> None:
+    if not pending.done.done():
+        pending.done.set_result(outcome)
+
+
+def _unpack(outcome: Any, secrets: Secrets) -> Any:
+    """A worker's :data:`worker.Outcome` (or a task's exception) as Dispatcher.call ends."""
+    if isinstance(outcome, tuple) and outcome:
+        kind = outcome[0]
+        if kind == "ok":
+            return outcome[1]
+        if kind == "failed":
+            raise ToolFailure(outcome[1])
+        if kind == "timeout":
+            raise CallTimeout(outcome[1])
+        if kind == "cancelled":  # stopped on its worker while planrun still waited for it
+            raise CallLost("the call was stopped on its Dask worker (its task was released)")
+    if isinstance(outcome, CallLost):
+        raise outcome
+    if type(outcome).__name__ == "KilledWorker":
+        raise CallLost("the Dask worker running it died")
+    if isinstance(outcome, BaseException):
+        text = secrets.conceal_text(str(outcome))[:500]
+        if isinstance(outcome, (OSError, ConnectionError, TimeoutError)) or \
+                "Comm" in type(outcome).__name__:
+            raise CallLost(f"the Dask cluster could not be reached "
+                           f"({type(outcome).__name__}: {text})")
+        raise ToolFailure({"code": "tool_error", "type": type(outcome).__name__,
+                           "message": "the Dask worker could not run the call "
+                           f"({type(outcome).__name__}: {text}); does it have planrun "
+                           "and the project installed?"})
+    raise ToolFailure({"code": "tool_error", "message": "the Dask worker sent back "
+                       f"something planrun cannot read ({type(outcome).__name__})"})

@@ -1,0 +1,341 @@
+"""What runs on a Dask worker: a batch of planrun tool calls (SPEC §12 "Executors").
+
+Imported on the worker by name (``planrun.dispatch.worker.run_calls``): the worker must
+have planrun and the project (its ``tools.yaml`` and tool modules) installed, and nothing
+of planrun's command line, journal or run state is needed there. For each
+:class:`~planrun.dispatch.base.Call` of a batch, in order:
+
+- the project's registry is loaded (once per worker process and registry file version)
+  and the tool is found by name;
+- the tool is called once with :func:`planrun.tools.call_python` or
+  :func:`planrun.tools.call_command`, in the project folder, with the call's own timeout
+  (a command that runs past it has its whole process group ended: SIGTERM, then SIGKILL);
+- what comes back is an :data:`Outcome` — plain data, masked: errors and stderr tails in
+  reference form, exactly as the local dispatcher gives them.
+
+Commands' process groups are registered with a keeper process of the worker
+(:class:`planrun.procs.Keeper`): a worker that is killed (``kill -9``, out of memory) does
+not leave its commands running. What python tools print on the worker goes to the
+worker's stderr with the call's secrets masked (``***``).
+
+:func:`stop_calls` (sent with ``Client.run``) ends calls by token: a call not started yet
+is skipped, a running one is cancelled (its command's group ended). The same happens on
+its own when the batch's Dask task is released — cancelled, or its client (planrun) gone:
+the worker looks every :data:`WATCH_S` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import os
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .. import procs
+from ..redact import MASK, Secrets
+from ..registry import ToolSpec
+from ..tools import PARAM_ENV_PREFIX, CallTimeout, ToolFailure, call_command, call_python
+from .base import Call
+
+#: How a call ended on the worker, as sent back (plain, picklable data):
+#: ``("ok", output, stderr_tail | None)`` | ``("failed", error)`` (a ToolFailure's error)
+#: | ``("timeout", error)`` | ``("cancelled", None)`` (stopped by :func:`stop_calls`).
+Outcome = tuple[Any, ...]
+
+#: Set in the environment of workers planrun starts itself (``--executor dask``): their
+#: file descriptor 1 is planrun's stdout, which is for results only.
+OWNED_ENV = "PLANRUN_DASK_OWNED"
+#: Set with :data:`OWNED_ENV`: the variables of planrun's environment its workers drop
+#: (comma-separated), as the local dispatcher hides them from tools (SPEC §7, §11).
+HIDE_ENV = "PLANRUN_DASK_HIDE"
+#: On a worker, the project folder to use instead of the one planrun sends (the project
+#: is installed at another path there).
+PROJECT_ENV = "PLANRUN_WORKER_PROJECT"
+
+
+def token(call: Call) -> str:
+    """``RUN/STEP[#ITEM]/ATTEMPT``: names one attempt of a call on every worker."""
+    return f"{call.context.run_id}/{call.where}/{call.context.attempt}"
+
+
+@dataclass
+class _Running:
+    loop: asyncio.AbstractEventLoop
+    task: asyncio.Task[Any] | None = None
+
+
+@dataclass
+class _State:
+    """What one worker process keeps between tasks (guarded by ``lock``)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    registries: dict[tuple[str, int], dict[str, ToolSpec]] = field(default_factory=dict)
+    running: dict[str, _Running] = field(default_factory=dict)
+    stopped: set[str] = field(default_factory=set)
+    keeper: procs.Keeper | None = None
+    pool: ThreadPoolExecutor | None = None
+    prepared: bool = False
+
+
+_STATE = _State()
+_SECRETS: contextvars.ContextVar[Secrets | None] = contextvars.ContextVar(
+    "planrun_worker_secrets", default=None)
+
+
+class _MaskedStream:
+    """A text stream that masks the secrets of the tool call writing to it."""
+
+    def __init__(self, inner: IO[str]) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        secrets = _SECRETS.get()
+        if secrets:
+            for form in secrets.forms:
+                if form:
+                    text = text.replace(form, MASK)
+        return self._inner.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _prepare() -> None:
+    """Once per worker process: stdio masked (and off planrun's stdout), the keeper."""
+    with _STATE.lock:  # several threads of one worker may start their first batch at once
+        if not _STATE.prepared:
+            _prepare_process()
+            _STATE.prepared = True
+
+
+def _prepare_process() -> None:
+    # Tools get a parameter only as an argument (SPEC §7): never PLANRUN_PARAM_*, which a
+    # worker planrun started inherits from it; nor what planrun hides from its own tools.
+    hidden = [n for n in os.environ.get(HIDE_ENV, "").split(",") if n]
+    for name in list(os.environ):
+        if name.startswith(PARAM_ENV_PREFIX) or name in hidden:
+            os.environ.pop(name, None)
+    if os.environ.get(OWNED_ENV):
+        # A worker planrun started shares planrun's stdout: tools' writes go to stderr.
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+            os.dup2(2, 1)
+    if not isinstance(sys.stdout, _MaskedStream):
+        sys.stdout = _MaskedStream(sys.stdout)
+    if not isinstance(sys.stderr, _MaskedStream):
+        sys.stderr = _MaskedStream(sys.stderr)
+    _STATE.keeper = procs.Keeper()
+    _STATE.pool = ThreadPoolExecutor(thread_name_prefix="planrun-tool")
+
+
+def _tools(project: Path, registry: Path) -> dict[str, ToolSpec]:
+    """The project's registered tools, loaded once per registry file version."""
+    from ..registry import load_registry
+
+    try:
+        version = registry.stat().st_mtime_ns
+    except OSError:
+        version = 0
+    key = (str(registry), version)
+    with _STATE.lock:
+        found = _STATE.registries.get(key)
+    if found is None:
+        loaded, _issues = load_registry(registry)  # a tool with issues is left out
+        found = dict(loaded.tools)
+        with _STATE.lock:
+            _STATE.registries[key] = found
+    return found
+
+
+def _where(project: str, registry: str) -> tuple[Path, Path]:
+    """The project folder and registry file on this worker (:data:`PROJECT_ENV`)."""
+    here = os.environ.get(PROJECT_ENV)
+    if not here:
+        return Path(project), Path(registry)
+    root = Path(here)
+    try:
+        return root, root / Path(registry).relative_to(project)
+    except ValueError:
+        return root, root / Path(registry).name
+
+
+def check(project: str, registry: str) -> str | None:
+    """On a worker (``Client.run``, when planrun connects): None when calls can be made.
+
+    Returns:
+        What is missing, as one sentence: the project folder or its ``tools.yaml`` as this
+        worker would look for them (:data:`PROJECT_ENV`). A worker without planrun cannot
+        even load this function: the caller gets that exception instead.
+    """
+    root, reg = _where(project, registry)
+    if not root.is_dir():
+        return f"no project folder {root} on this worker (set {PROJECT_ENV})"
+    if not reg.is_file():
+        return f"no {reg} on this worker"
+    return None
+
+
+def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
+    """Make each call once, in order, on this worker; returns one outcome per call.
+
+    Args:
+        project: the project folder, as planrun sees it (:data:`PROJECT_ENV` overrides).
+        registry: the ``tools.yaml`` path, as planrun sees it.
+        calls: the calls (each with its arguments, context, timeout in seconds, secrets).
+
+    Returns:
+        One :data:`Outcome` per call. A tool the worker's registry does not have (or that
+        has problems there) fails with code ``tool_error``. This function never raises
+        for a call's own failure; an exception out of it is a bug or a broken worker.
+    """
+    _prepare()
+    root, reg = _where(project, registry)
+    tools = _tools(root, reg)
+    with contextlib.suppress(OSError):
+        if Path.cwd() != root:
+            os.chdir(root)  # python tools run in the project folder, like commands
+    gone = _task_watch()
+    return asyncio.run(_batch(root, tools, calls, gone))  # one event loop for the batch
+
+
+#: Seconds between two looks at whether the Dask task of a batch is still wanted.
+WATCH_S = 0.5
+
+
+async def _batch(root: Path, tools: dict[str, ToolSpec], calls: list[Call],
+                 gone: Callable[[], bool] | None) -> list[Outcome]:
+    """The calls one after the other; all stopped once nobody wants the task any more."""
+    outcomes: list[Outcome] = []
+    watcher = asyncio.create_task(_watch(gone, calls)) if gone is not None else None
+    try:
+        for call in calls:
+            if gone is not None and gone():
+                outcomes.append(("cancelled", None))
+                continue
+            outcomes.append(await _one(root, tools, call))
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    return outcomes
+
+
+async def _watch(gone: Callable[[], bool], calls: list[Call]) -> None:
+    """Stop the running call when the task was released (cancelled, or planrun is gone).
+
+    A planrun that was killed has no client any more: the scheduler releases its tasks,
+    and a command it started here must not run on unnoticed.
+    """
+    names = [token(call) for call in calls]
+    while True:
+        await asyncio.sleep(WATCH_S)
+        if gone():
+            stop_calls(names)
+            return
+
+
+def _task_watch() -> Callable[[], bool] | None:
+    """In a Dask task: a check that the task was released; None outside one."""
+    try:
+        from distributed.worker import get_worker
+
+        dask_worker = get_worker()
+        key = dask_worker.get_current_task()
+    except Exception:  # not in a Dask task (called directly)
+        return None
+
+    def gone() -> bool:
+        state = dask_worker.state.tasks.get(key)
+        return state is None or state.state in ("cancelled", "released", "forgotten")
+
+    return gone
+
+
+async def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
+    name = token(call)
+    with _STATE.lock:
+        if name in _STATE.stopped:
+            _STATE.stopped.discard(name)
+            return ("cancelled", None)
+    tool = tools.get(call.tool)
+    if tool is None:
+        return ("failed", {"code": "tool_error", "message": f"tool {call.tool!r} is not "
+                           f"registered (without problems) in this worker's copy of the "
+                           f"project's tools.yaml ({root})"})
+    # Each call is a task of its own, so that stop_calls cancels this call only.
+    task = asyncio.create_task(_call(root, tool, call), name=name)
+    with _STATE.lock:
+        _STATE.running[name] = _Running(asyncio.get_running_loop(), task)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return ("cancelled", None)
+    finally:
+        with _STATE.lock:
+            _STATE.running.pop(name, None)
+            _STATE.stopped.discard(name)
+
+
+async def _call(root: Path, tool: ToolSpec, call: Call) -> Outcome:
+    _SECRETS.set(call.secrets)  # a task's own context: the tool's thread inherits it
+    stderr: list[str] = []
+    try:
+        if tool.kind == "python":
+            output = await call_python(tool, call.arguments, call.context, _STATE.pool,
+                                       call.timeout, secrets=call.secrets)
+        else:
+            output = await _command(root, tool, call, stderr)
+    except CallTimeout as exc:
+        return ("timeout", exc.error)
+    except ToolFailure as exc:
+        return ("failed", exc.error)
+    return ("ok", output, stderr[-1] if stderr else None)
+
+
+async def _command(root: Path, tool: ToolSpec, call: Call, stderr: list[str]) -> Any:
+    keeper = _STATE.keeper
+    assert keeper is not None
+    keeper.start()
+    groups: list[int] = []
+
+    def started(proc: asyncio.subprocess.Process) -> None:
+        groups.append(proc.pid)
+        keeper.add(proc.pid)
+
+    try:
+        return await call_command(tool, call.arguments, call.context, root, call.timeout,
+                                  on_start=started, preexec=keeper.preexec,
+                                  on_stderr=stderr.append, secrets=call.secrets)
+    finally:
+        for pgid in groups:
+            keeper.remove(pgid)
+
+
+def stop_calls(tokens: list[str]) -> int:
+    """End the calls named by ``tokens`` on this worker (sent with ``Client.run``).
+
+    A running call is cancelled (a command's group gets SIGTERM, then SIGKILL after
+    :data:`planrun.tools.KILL_GRACE_S` seconds; a python call is left to finish in its
+    thread, its result dropped); one that has not started yet will not start here.
+
+    Returns:
+        How many of the calls were running on this worker.
+    """
+    found = 0
+    with _STATE.lock:
+        for name in tokens:
+            running = _STATE.running.get(name)
+            if running is None:
+                _STATE.stopped.add(name)
+                continue
+            found += 1
+            if running.task is not None:
+                running.loop.call_soon_threadsafe(running.task.cancel)
+    return found
+
