@@ -214,3 +214,44 @@ def test_registry_errors(cli: CliProject, fields: str, ptr: str, words: str) -> 
 def proj_counts(cli: CliProject) -> int:
     """How many effects the project's tools had."""
     return sum(cli.counts().values())
+
+
+WAITING = """
+tools:
+  hold:
+    description: Waits for a file, then has its effect (not idempotent)
+    python: crashtools:wait
+    dedupe: plan
+    arguments:
+      type: object
+      properties:
+        file: {type: string}
+      required: [file]
+      additionalProperties: false
+"""
+
+
+def test_a_second_run_never_calls_a_plan_key_a_live_run_is_calling(proj: CliProject) -> None:
+    proj.tools(WAITING)
+    proj.plan("hold", """
+        planrun: 1
+        goal: Hold inside a plan-scoped call
+        steps:
+          - {id: w, tool: hold, arguments: {file: go}}
+    """)
+    first = proj.start("execute", "hold", "--json", name="first")
+    proj.wait_started("w", first)
+    second = proj.run("execute", "hold", "--json")
+    assert second.returncode == 5, second
+    assert "run_busy" in second.stdout + second.stderr, second
+    proj.touch("go")
+    assert proj.finish(first).returncode == 0
+    assert proj.counts() == {"w": 1}
+    # The refused run is resumable and then replays the first run's call.
+    runs = [r for r in proj.probe().run_ids() if r != json.loads(
+        proj.finish(first).stdout)["run_id"]]
+    (refused,) = runs
+    r = proj.run("resume", refused, "--json")
+    assert r.returncode == 0, r
+    assert _step(r.json, "w")["replayed"] is True
+    assert proj.counts() == {"w": 1}
