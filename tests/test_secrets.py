@@ -569,7 +569,7 @@ def test_keys_and_digests_do_not_depend_on_the_secret(proj: Proj) -> None:
     from planrun.executor import idempotency_key
 
     step: Any = SimpleNamespace(id="a", tool=SimpleNamespace(
-        name="keep", entry=SimpleNamespace(key_arguments=None)))
+        name="keep", entry=SimpleNamespace(key_arguments=None, dedupe="run")))
     for root, key in rows:
         assert key == idempotency_key(plan="pin", root_run_id=root, step=step, item=None,
                                       arguments={"name": "a",

@@ -307,7 +307,9 @@ def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list
             event_data={"plan": plan.name, "revision": plan.revision, "digest": plan.digest,
                         **({"planning_run": planned_by} if planned_by else {})})
         journal.owner = owner
-        journal.fresh_keys = True
+        # A fresh run's keys are its own, except those of ``dedupe: plan`` tools: another
+        # run of the plan may be calling one of those right now.
+        journal.fresh_keys = all(s.tool.entry.dedupe == "run" for s in plan.steps)
         with runner.internal_guard(journal, run_id):
             if requests and clearance.clear_approvals(
                     journal, run_id, requests, set(approve), approve_all, approver,

@@ -43,6 +43,8 @@ ISSUE_CODES: dict[str, str] = {
     "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
     "planner": "a planner failed, timed out, or wrote something that is not a plan",
     "replan_exhausted": "no valid plan within `--max-rounds` rounds of a planner",
+    "unmappable": "`planrun import`: a seed-plan construct with no planrun equivalent "
+    "(nothing is guessed)",
     "ungrantable": "(warning) a grant names the step's tool, but no grant can ever clear the "
     "step: its arguments are only known at run time",
 }

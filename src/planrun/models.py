@@ -101,6 +101,13 @@ class Tool(BaseModel):
     irreversible: bool = False
     idempotent: bool = False
     key_arguments: list[str] | None = None
+    #: whose calls an idempotency key tells apart: ``run`` (each root run, the default) or
+    #: ``plan`` (every run of the plan: a later run replays what an earlier one did).
+    dedupe: Literal["run", "plan"] = "run"
+    #: ``dedupe: plan`` only: a succeeded key older than this is not replayed; seconds
+    #: (a number) or a duration such as ``12h`` (s, m, h, d, w), see :func:`duration_s`.
+    #: (bounds checked by the registry, so that a bad value is one issue, not one per type)
+    dedupe_ttl: float | str | None = None
     timeout: Seconds | None = None
     retries: Retries | None = None
     cwd: str | None = None
@@ -109,6 +116,23 @@ class Tool(BaseModel):
     allow_embedded: list[str] | None = None
     #: command tools: arguments (or ``true``: all) whose value may start with ``-``.
     allow_option_values: bool | list[str] | None = None
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration_s(text: str) -> float | None:
+    """Seconds of a duration such as ``45s``, ``90m``, ``12h``, ``30d``, ``2w``, else None.
+
+    The grammar of ``planrun prune --older-than``: a positive whole number and one unit
+    (s, m, h, d, w), spaces around allowed; anything else (``1.5h``, ``0d``, ``10``) is None.
+    """
+    import re
+
+    m = re.fullmatch(r"\s*(\d{1,12})\s*([smhdw])\s*", text)
+    if not m or int(m.group(1)) == 0:
+        return None
+    return float(int(m.group(1)) * _DURATION_UNITS[m.group(2)])
 
 
 class Registry(BaseModel):

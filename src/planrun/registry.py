@@ -240,6 +240,16 @@ class ToolSpec:
         """How a command's stdout becomes the output: ``none`` | ``text`` | ``json``."""
         return self.entry.output or "text"
 
+    @property
+    def dedupe_ttl_s(self) -> float | None:
+        """``dedupe_ttl`` in seconds (a duration string converted), or None for no expiry."""
+        ttl = self.entry.dedupe_ttl
+        if isinstance(ttl, str):
+            from .models import duration_s
+
+            return duration_s(ttl)
+        return ttl
+
     @cached_property
     def validator(self) -> Validator:
         """The strict validator of :attr:`contract` (built on first use)."""
@@ -417,13 +427,46 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
         from .argv import check_command
 
         check_command(name, entry, contract, add)
-    props = contract.get("properties") if isinstance(contract, dict) else None
-    for arg in entry.key_arguments or []:
-        if not isinstance(props, dict) or arg not in props:
-            add(pointer("tools", name, "key_arguments"),
-                f"tool {name!r}: key argument {arg!r} is not a declared argument")
+    _check_keys(name, entry, contract, add)
     return ToolSpec(name=name, entry=entry, contract=contract, func=func, model=model,
                     folder=folder)
+
+
+def _check_keys(name: str, entry: Tool, contract: dict[str, Any],
+                add: Callable[..., None]) -> None:
+    """``key_arguments``, ``dedupe`` and ``dedupe_ttl`` fit the contract (SPEC §7).
+
+    Each key argument must be declared (``properties``) and ``required`` at the top of
+    the contract, so that no call can leave it out and turn it into a silent null in its
+    key. ``dedupe_ttl`` needs ``dedupe: plan`` and is seconds or a duration (``12h``).
+    """
+    props = contract.get("properties") if isinstance(contract, dict) else None
+    required = contract.get("required") if isinstance(contract, dict) else None
+    for i, arg in enumerate(entry.key_arguments or []):
+        if not isinstance(props, dict) or arg not in props:
+            add(pointer("tools", name, "key_arguments", i),
+                f"tool {name!r}: key argument {arg!r} is not a declared argument")
+        elif not isinstance(required, list) or arg not in required:
+            add(pointer("tools", name, "key_arguments", i),
+                f"tool {name!r}: key argument {arg!r} is not required by the arguments "
+                f"schema: add it to 'required' (a call without it would have no value to "
+                "key on)")
+    ttl = entry.dedupe_ttl
+    if ttl is None:
+        return
+    if entry.dedupe != "plan":
+        add(pointer("tools", name, "dedupe_ttl"),
+            f"tool {name!r}: 'dedupe_ttl' applies to 'dedupe: plan' only (keys of "
+            "'dedupe: run' belong to one run and never expire)")
+    else:
+        from .models import MAX_SECONDS, duration_s
+
+        seconds = duration_s(ttl) if isinstance(ttl, str) else ttl
+        if seconds is None or not 0 < seconds <= MAX_SECONDS:
+            add(pointer("tools", name, "dedupe_ttl"),
+                f"tool {name!r}: dedupe_ttl {ttl!r} is not a duration: give seconds (a "
+                f"number above 0, at most {MAX_SECONDS:.0f}) or a whole number and a "
+                "unit, e.g. 45s, 90m, 12h, 30d, 2w")
 
 
 def _shape_ok(name: str, entry: Tool, base: str, pools: dict[str, int] | None,

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import agents, approvals, maintenance, planning, plans, read, repair, run
+from . import agents, approvals, importing, maintenance, planning, plans, read, repair, run
 from .options import Shell
 
 app = typer.Typer(
@@ -76,6 +76,7 @@ _THEN: tuple[Callable[..., None], ...] = (
 for _command in _FIRST:
     app.command()(_command)
 app.command()(repair.repair)  # issue 13 (SPEC §10)
+app.command("import")(importing.import_plan)  # issue 17: seed-format plans
 app.command(hidden=True)(completion)
 policy_app = typer.Typer(help="Inspect the [policy] of planrun.toml.", no_args_is_help=True)
 app.add_typer(policy_app, name="policy")

@@ -115,11 +115,17 @@ def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int
     """SHA-256 of the canonical JSON of {plan, root run, step, item, tool, arguments} (SPEC §7).
 
     ``arguments`` are in reference form (:mod:`planrun.redact`): a secret counts by its
-    parameter's name, never its value. With ``key_arguments`` only those arguments count.
+    parameter's name, never its value. With ``key_arguments`` only those arguments count
+    (the registry makes each of them required, so none is ever missing). A tool with
+    ``dedupe: plan`` leaves the root run out (``"scope": "plan"`` instead): every run of
+    the plan gets the same key for the same call.
     """
     keys = step.tool.entry.key_arguments
-    args = {k: arguments.get(k) for k in keys} if keys is not None else arguments
-    return digest({"plan": plan, "root_run_id": root_run_id, "step": step.id, "item": item,
+    args = {k: arguments[k] for k in keys if k in arguments} if keys is not None \
+        else arguments
+    scope: dict[str, Any] = {"scope": "plan"} if step.tool.entry.dedupe == "plan" \
+        else {"root_run_id": root_run_id}
+    return digest({"plan": plan, **scope, "step": step.id, "item": item,
                    "tool": step.tool.name, "arguments": args})
 
 

@@ -131,8 +131,12 @@ class Steps(RunParts):
         key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
                               item=item, arguments=stored)
         # A fresh run's keys are new (its own id is part of each), so only a resumed or
-        # retried run can find one already succeeded.
-        done, output = (False, None) if self.fresh else self.journal.succeeded_key(key)
+        # retried run can find one already succeeded — unless the tool's keys are the
+        # plan's (``dedupe: plan``): then an earlier run's success is replayed, if younger
+        # than ``dedupe_ttl``.
+        plan_scoped = step.tool.entry.dedupe == "plan"
+        done, output = (False, None) if self.fresh and not plan_scoped else \
+            self.journal.succeeded_key(key, step.tool.dedupe_ttl_s)
         if done:
             self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key",
                                        item=item)

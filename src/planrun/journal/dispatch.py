@@ -137,12 +137,32 @@ class DispatchMixin(JournalBase):
             self._deferred.append(_Claims(self, (run_id, step_id, root_run_id), [claim]))
 
     @_reads
-    def succeeded_key(self, key: str) -> Any:
-        """(True, output) when ``key`` is recorded as succeeded, else (False, None)."""
+    def succeeded_key(self, key: str, ttl_s: float | None = None) -> Any:
+        """(True, output) when ``key`` is recorded as succeeded, else (False, None).
+
+        ``ttl_s`` (seconds, ``dedupe_ttl``): a key that succeeded longer ago than that is
+        expired and counts as not recorded (the call runs again). Its time is the key's
+        ``finished_at`` (else ``claimed_at``), RFC 3339 text, parsed and compared here as
+        an aware datetime (the same on every backend); a time that does not parse is
+        expired.
+        """
         row = self._c().execute(
-            "SELECT output_json FROM idempotency_keys WHERE key = ? AND status = 'succeeded'",
-            (key,)).fetchone()
-        return (True, _loads(row[0])) if row else (False, None)
+            "SELECT output_json, COALESCE(finished_at, claimed_at) FROM idempotency_keys "
+            "WHERE key = ? AND status = 'succeeded'", (key,)).fetchone()
+        if not row:
+            return (False, None)
+        if ttl_s is not None:
+            from datetime import UTC, datetime, timedelta
+
+            try:
+                when = datetime.fromisoformat(str(row[1]))
+            except ValueError:
+                return (False, None)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            if datetime.now(UTC) - when > timedelta(seconds=ttl_s):
+                return (False, None)
+        return (True, _loads(row[0]))
 
 
 class _Claims:
