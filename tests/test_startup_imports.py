@@ -1,0 +1,127 @@
+"""Start-up import budget: what ``--help``, ``validate`` and ``execute`` must not import.
+
+Not a timing (timings are in benchmarks/): the modules a real ``planrun`` process holds at
+exit. Each entry of a budget is a cost measured with ``python -X importtime`` (issue 16):
+pydantic and its plugin loader (``importlib.metadata``, ``email``) ~100 ms, cel-python and
+lark ~0.2 s plus its parser, jsonschema ~40 ms, rich, asyncio and sqlite3 on commands that
+do not run anything. ``platform``, ``uuid``, ``shellingham`` and ``subprocess`` are
+imported by Typer itself when it loads, so they are not in the budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PROBE = textwrap.dedent("""
+    import atexit, json, sys
+    def report():
+        sys.stderr.write("MODULES:" + json.dumps(sorted(sys.modules)) + "\\n")
+    atexit.register(report)
+    from planrun.cli import main
+    sys.argv = ["planrun", *sys.argv[1:]]
+    main()
+""")
+
+TOOLS = """\
+tools:
+  noop:
+    description: Does nothing
+    python: bench_tools:noop
+    arguments: {type: object, properties: {n: {type: integer}}, required: [n],
+                additionalProperties: false}
+"""
+CHAIN = """\
+planrun: 1
+goal: three no-op steps
+steps:
+  - {id: s1, tool: noop, arguments: {n: 1}}
+  - {id: s2, tool: noop, depends_on: [s1], arguments: {n: 2}}
+  - {id: s3, tool: noop, depends_on: [s2], arguments: {n: 3}}
+"""
+WHEN = CHAIN.replace("arguments: {n: 3}}", "arguments: {n: 3}, when: 'true'}")
+
+#: Nothing --help needs: the plan machinery and every heavy library.
+HELP_BUDGET = ["pydantic", "pydantic_core", "celpy", "lark", "rich", "email",
+               "importlib.metadata", "jsonschema", "yaml", "asyncio", "sqlite3",
+               "planrun.api", "planrun.models", "planrun.validation", "planrun.execution"]
+#: validate reads and checks plans (yaml, jsonschema) but runs nothing.
+VALIDATE_BUDGET = ["pydantic", "pydantic_core", "celpy", "lark", "rich", "email",
+                   "importlib.metadata", "asyncio", "sqlite3", "planrun.models",
+                   "planrun.execution", "planrun.dispatch", "planrun.journal"]
+#: execute of a plan without `when` off a terminal: no pydantic, no CEL, no rich.
+EXECUTE_BUDGET = ["pydantic", "pydantic_core", "celpy", "lark", "rich", "email",
+                  "importlib.metadata", "planrun.models"]
+
+
+def loaded(root: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=root, env=os.environ.copy(),
+                          capture_output=True, text=True, timeout=120, check=False,
+                          stdin=subprocess.DEVNULL)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("MODULES:")][-1]
+    return proc, set(json.loads(line.removeprefix("MODULES:")))
+
+
+def over_budget(modules: set[str], budget: list[str]) -> list[str]:
+    return sorted(m for m in modules
+                  if any(m == b or m.startswith(b + ".") for b in budget))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "tools.yaml").write_text(TOOLS)
+    (tmp_path / "bench_tools.py").write_text("def noop(n):\n    return None\n")
+    (tmp_path / "plans" / "chain.yaml").write_text(CHAIN)
+    (tmp_path / "plans" / "when.yaml").write_text(WHEN)
+    return tmp_path
+
+
+def test_help_imports_nothing_heavy(project: Path) -> None:
+    proc, modules = loaded(project, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "validate" in proc.stdout
+    assert over_budget(modules, HELP_BUDGET) == []
+
+
+def test_version_and_runs_need_no_pydantic(project: Path) -> None:
+    for args in (["--version"], ["runs"]):
+        proc, modules = loaded(project, *args)
+        assert proc.returncode == 0, proc.stderr
+        assert over_budget(modules, ["pydantic", "celpy", "rich", "email",
+                                     "importlib.metadata"]) == [], args
+
+
+def test_validate_of_a_plan_without_when_stays_in_budget(project: Path) -> None:
+    proc, modules = loaded(project, "validate", "chain")
+    assert proc.returncode == 0, proc.stderr
+    assert "jsonschema" in modules  # the probe sees what validation loads
+    assert over_budget(modules, VALIDATE_BUDGET) == []
+
+
+def test_execute_of_a_plan_without_when_stays_in_budget(project: Path) -> None:
+    proc, modules = loaded(project, "execute", "chain", "--max-parallel", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "asyncio" in modules
+    assert over_budget(modules, EXECUTE_BUDGET) == []
+
+
+def test_a_plan_with_when_loads_cel_but_still_no_pydantic(project: Path) -> None:
+    proc, modules = loaded(project, "execute", "when")
+    assert proc.returncode == 0, proc.stderr
+    assert "celpy" in modules
+    assert over_budget(modules, ["pydantic", "rich", "email", "importlib.metadata"]) == []
+
+
+def test_a_plan_that_breaks_the_step_rules_is_judged_by_pydantic(project: Path) -> None:
+    (project / "plans" / "bad.yaml").write_text(CHAIN.replace("{n: 2}}", "{n: 2}, retry: 2}"))
+    proc, modules = loaded(project, "validate", "bad")
+    assert proc.returncode == 3, proc.stderr
+    assert "unknown field 'retry'" in proc.stdout + proc.stderr
+    assert "pydantic" in modules
