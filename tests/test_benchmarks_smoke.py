@@ -5,6 +5,8 @@ Only that it works is asserted, never a timing: timings belong to the benchmark'
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +17,17 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
 
 
 def test_benchmarks_smoke() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_LUIGI_PYTHON"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], capture_output=True,
-                          text=True, timeout=180, check=False)
+                          text=True, timeout=180, check=False, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("Raw durable SQLite commit", "W1", "W2", "W3", "W4", "W5", "W6"):
         assert f"| {name}" in proc.stdout, (name, proc.stdout)
+    for row in ("`planrun --help`", "`planrun validate`", "`planrun execute`"):
+        assert row in proc.stdout, (row, proc.stdout)
+    assert "| luigi" in proc.stdout  # the peer's column
+    if importlib.util.find_spec("luigi") is None:  # luigi is never a planrun dependency
+        assert "luigi not installed: pip install luigi" in proc.stdout
     assert "ERROR" not in proc.stdout
     assert "FAILED" not in proc.stdout + proc.stderr
 
