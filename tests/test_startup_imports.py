@@ -54,7 +54,8 @@ HELP_BUDGET = ["pydantic", "pydantic_core", "celpy", "lark", "rich", "email",
 #: validate reads and checks plans (yaml, jsonschema) but runs nothing.
 VALIDATE_BUDGET = ["pydantic", "pydantic_core", "celpy", "lark", "rich", "email",
                    "importlib.metadata", "asyncio", "sqlite3", "planrun.models",
-                   "planrun.execution", "planrun.dispatch", "planrun.journal"]
+                   "planrun.execution", "planrun.dispatch", "planrun.journal",
+                   "planrun.approval", "planrun.policy"]
 #: execute of a plan without `when` off a terminal: no pydantic, no CEL, no rich.
 EXECUTE_BUDGET = ["pydantic", "pydantic_core", "celpy", "lark", "rich", "email",
                   "importlib.metadata", "planrun.models"]

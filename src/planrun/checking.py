@@ -91,7 +91,6 @@ def load_registry(settings: Settings) -> Any:
         Refused: code ``registry`` (every registry issue) or ``config`` (every policy
             issue), exit 3.
     """
-    from .policy import load_policy
     from .registry import load_registry as _load
 
     registry, issues = _load(settings.registry, settings.pools)
@@ -99,6 +98,8 @@ def load_registry(settings: Settings) -> Any:
         raise Refused(f"{settings.registry} has {len(issues)} problem(s)", code="registry",
                       report=Report(issues=issues))
     if settings.policy:
+        from .policy import load_policy  # only a project with [policy] needs it
+
         shown = shown_path(settings.config_file) if settings.config_file else None
         registry.policy, problems = load_policy(settings.policy, set(registry.tools), shown)
         if problems:

@@ -17,12 +17,14 @@ import os
 import select
 import sys
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .. import masking, redact
-from ..approval import ApprovalRequest, Decision, user_name
 from ..errors import PlanrunError
 from ..issues import Issue, Report
+
+if TYPE_CHECKING:  # the approver below imports it when it asks (not at start-up)
+    from ..approval import ApprovalRequest, Decision
 
 
 def is_terminal(stream: IO[str]) -> bool:
@@ -386,6 +388,8 @@ class TerminalApprover:
     def decide(self, requests: Sequence[ApprovalRequest]) -> list[Decision]:
         """Ask about each request in order; stop at the first denial."""
         self._table(requests)
+        from ..approval import Decision, user_name
+
         who = user_name()
         out_: list[Decision] = []
         for r in requests:
