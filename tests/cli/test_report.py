@@ -210,8 +210,8 @@ def test_percentiles_and_histogram() -> None:
     assert histogram([]) == []
 
 
-def test_approvals_are_shown_with_who_cleared_each_step(proj: Project) -> None:
-    proj.write("tools.yaml", proj.root.joinpath("tools.yaml").read_text() + """
+#: An irreversible tool to add to the project's registry (approval tests).
+WIPE_TOOL = """
   wipe:
     python: clitools:echo
     irreversible: true
@@ -221,7 +221,11 @@ def test_approvals_are_shown_with_who_cleared_each_step(proj: Project) -> None:
         value: {}
       required: [value]
       additionalProperties: false
-""")
+"""
+
+
+def test_approvals_are_shown_with_who_cleared_each_step(proj: Project) -> None:
+    proj.write("tools.yaml", proj.root.joinpath("tools.yaml").read_text() + WIPE_TOOL)
     proj.write_plan("careful", """
         planrun: 1
         goal: Clear before wiping
@@ -276,17 +280,7 @@ def test_a_resumed_run_shades_the_idle_time_and_items_do_not_count_it(
 
 
 def test_a_run_awaiting_approval_says_what_it_waits_for(proj: Project) -> None:
-    proj.write("tools.yaml", proj.root.joinpath("tools.yaml").read_text() + """
-  wipe:
-    python: clitools:echo
-    irreversible: true
-    arguments:
-      type: object
-      properties:
-        value: {}
-      required: [value]
-      additionalProperties: false
-""")
+    proj.write("tools.yaml", proj.root.joinpath("tools.yaml").read_text() + WIPE_TOOL)
     proj.write_plan("careful", """
         planrun: 1
         goal: Wait for a person

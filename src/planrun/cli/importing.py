@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from .guard import fail, settings_of
-from .options import Format, FormatOpt, NoColorOpt, ProjectOpt, VerboseOpt
+from .options import Format, FormatOpt, NoColorOpt, ProjectOpt, ReportQuietOpt, VerboseOpt
 
 
 def import_plan(
@@ -25,8 +25,7 @@ def import_plan(
     fmt: FormatOpt = Format.text,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
-    quiet: Annotated[bool, typer.Option(
-        "-q", "--quiet", help="Print only problems (no 'ok' lines).")] = False,
+    quiet: ReportQuietOpt = False,
     no_color: NoColorOpt = False,
 ) -> None:
     """Convert a seed execution plan into a planrun plan, then validate it (exit 0 or 3).

@@ -44,6 +44,9 @@ ProjectOpt = Annotated[str | None, typer.Option(
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="More detail on errors.")]
 QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Print only results and "
                                         "errors.")]
+#: ``-q`` of the commands that print a validation report (validate, import).
+ReportQuietOpt = Annotated[bool, typer.Option(
+    "-q", "--quiet", help="Print only problems (no 'ok' lines).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", help="No colour (also NO_COLOR).")]
 ParamOpt = Annotated[list[str] | None, typer.Option(

@@ -23,6 +23,7 @@ from .options import (
     ParamsFileOpt,
     PlanArg,
     ProjectOpt,
+    ReportQuietOpt,
     SchemaKind,
     StrictOpt,
     VerboseOpt,
@@ -44,8 +45,7 @@ def validate(
     journal: JournalOpt = None,
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
-    quiet: Annotated[bool, typer.Option(
-        "-q", "--quiet", help="Print only problems (no 'ok' lines).")] = False,
+    quiet: ReportQuietOpt = False,
     no_color: NoColorOpt = False,
 ) -> None:
     """Check the registry and plans without calling any tool (exit 0 valid, 3 refused)."""
