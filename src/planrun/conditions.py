@@ -4,19 +4,11 @@ An expression sees ``params`` (the plan's parameter values) and ``steps.ID.outpu
 the step's ancestors. It is compiled at validation (``condition`` issues) and evaluated
 just before the step would be dispatched: false skips the step and its dependents
 (reason ``condition``); an evaluation error or a non-boolean result fails the step.
-
-Nothing here is imported for a plan without ``when``. cel-python builds its LALR parser
-(lark) from its grammar in every process, ~0.2 s on a 2-core machine; planrun builds the
-same parser once and keeps lark's serialised form (``Lark.save``) in the user cache folder
-(``platformdirs.user_cache_path("planrun")``, e.g. ``~/.cache/planrun/``), which later
-processes load in a few milliseconds (:func:`install_cel_parser`).
 """
 
 from __future__ import annotations
 
-import contextlib
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 
@@ -24,118 +16,10 @@ class ConditionError(ValueError):
     """A condition that does not compile, fails to evaluate, or is not a boolean."""
 
 
-#: Only a cache file this small is read (the CEL parser's is ~100 KB).
-_CACHE_LIMIT = 8 * 1024 * 1024
-
-
-def _cel_parser_options(celparser: Any, tree_class: type) -> dict[str, Any]:
-    """The options cel-python gives ``lark.Lark`` (``celpy.celparser.CELParser``)."""
-    import re
-
-    return {"parser": "lalr", "start": "expr", "debug": True, "g_regex_flags": re.M,
-            "lexer_callbacks": {"IDENT": celparser.CELParser.ambiguous_literals},
-            "propagate_positions": True, "maybe_placeholders": False,
-            "priority": "invert", "tree_class": tree_class}
-
-
-def _stable(value: Any) -> str:
-    """A text of ``value`` that is the same in every process (no memory addresses)."""
-    if isinstance(value, dict):
-        return repr(sorted((k, _stable(v)) for k, v in value.items()))
-    if callable(value):
-        return f"{value.__module__}.{value.__qualname__}"
-    return repr(value)
-
-
-def _private_dir(folder: Path) -> bool:
-    """Whether ``folder`` is a directory of this user that nobody else may write."""
-    import os
-    import stat
-
-    try:
-        st = folder.stat()
-    except OSError:
-        return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
-
-
-def install_cel_parser(cache_dir: Path | None = None) -> Path | None:
-    """Give cel-python its parser, loaded from (or saved to) a cache file.
-
-    cel-python keeps one parser per process in ``celpy.celparser.CELParser.CEL_PARSER``
-    and builds it only when that is unset (its documented singleton). This builds the
-    same ``lark.Lark`` (same grammar file, same options) once and keeps it with
-    ``Lark.save``; later processes ``Lark.load`` it. The file starts with a key (a hash of
-    the grammar, the options, and lark's, cel-python's and Python's versions): a file with
-    another key is rebuilt. A new file is written under a temporary name and renamed, so
-    a reader never sees half a file. The file is a pickle: it is read only from a folder
-    owned by this user that nobody else may write, and only when this user owns it;
-    anywhere else, or when anything goes wrong, the parser is built as cel-python does.
-
-    Args:
-        cache_dir: where the file goes (default: the user cache folder of planrun).
-
-    Returns:
-        The cache file read or written, or None (already installed, or no cache used).
-    """
-    import hashlib
-    import os
-    import sys
-    import tempfile
-
-    import lark
-    from celpy import InterpretedRunner, celparser
-
-    if celparser.CELParser.CEL_PARSER is not None:
-        return None
-    options = _cel_parser_options(celparser, InterpretedRunner.tree_node_class)
-    grammar = (Path(celparser.__file__).parent / "cel.lark").read_text()
-    import celpy
-
-    key = hashlib.sha256("\0".join(
-        [grammar, repr(sorted((k, _stable(v)) for k, v in options.items())), lark.__version__,
-         str(getattr(celpy, "__version__", "")), sys.version]).encode()).hexdigest()
-    if cache_dir is None:
-        import platformdirs
-
-        cache_dir = Path(platformdirs.user_cache_path("planrun"))
-    path = cache_dir / f"cel-parser-{key[:16]}.pickle"
-    with contextlib.suppress(OSError):
-        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not _private_dir(cache_dir):
-        return None
-    with contextlib.suppress(Exception):  # a missing, foreign or damaged file: rebuilt
-        st = path.lstat()
-        if path.is_file() and st.st_uid == os.getuid() and st.st_size <= _CACHE_LIMIT:
-            with path.open("rb") as f:
-                if f.readline().rstrip(b"\n") == key.encode():
-                    parser = lark.Lark.load(f)
-                    celparser.CELParser.CEL_PARSER = parser
-                    return path
-    parser = lark.Lark(grammar, **options)
-    celparser.CELParser.CEL_PARSER = parser
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".cel-parser-", dir=cache_dir)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(key.encode() + b"\n")
-            parser.save(f)
-        os.replace(tmp, path)
-    except Exception:  # a full disk: the next process builds it again
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        return None
-    return path
-
-
 @lru_cache(maxsize=1)
 def _environment() -> Any:
     import celpy
 
-    install_cel_parser()
     return celpy.Environment()
 
 
