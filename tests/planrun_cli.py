@@ -2,7 +2,8 @@
 
 Built on ``tests/harness.py`` (``PLANRUN``, ``Result``). Used by the process-level suites
 (crash matrix, resume, concurrency, signals) through the ``cli`` fixture of
-``conftest.py``. planrun always runs as ``[sys.executable, "-m", "planrun"]`` in the
+``conftest.py``. planrun runs as ``[sys.executable, "-m", "planrun"]`` (or a fork of a warm
+one for commands that run to their end: ``harness.planrun_command``) in the
 project folder, with the environment the isolation fixture set up
 (``PLANRUN_JOURNAL`` in ``tmp_path``, ``HOME``, ``NO_COLOR``) plus ``CRASH_EFFECTS``.
 The tool module is ``tests/crashtools.py``, copied into the project.
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import PLANRUN, TIMEOUT_S, Result
+from harness import PLANRUN, TIMEOUT_S, Result, planrun_command
 
 __all__ = ["PLANRUN", "TIMEOUT_S", "CliProject", "Result", "dedent", "lines",
            "resolve_targets", "wait_dead"]
@@ -94,9 +95,13 @@ class CliProject:
         return env
 
     def run(self, *args: str, crash: str | None = None,
-            timeout: float = TIMEOUT_S) -> Result:
-        """Run ``planrun ARGS`` to its end (stdin is not a terminal)."""
-        argv = [*PLANRUN, *args]
+            timeout: float = TIMEOUT_S, real: bool = False) -> Result:
+        """Run ``planrun ARGS`` to its end (stdin is not a terminal).
+
+        ``real``: a fresh interpreter rather than a fork of a warm one
+        (``harness.planrun_command``).
+        """
+        argv = [*planrun_command(real), *args]
         proc = subprocess.Popen(argv, cwd=self.root, env=self.env(crash),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)

@@ -65,6 +65,7 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
     code = BROKEN
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.setsid()  # its own session, as a test's planrun process: never the server's group
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         for fd in fds:

@@ -537,7 +537,8 @@ def test_missing_extra_is_one_message(tmp_path: Path) -> None:
     import os
 
     env = {**os.environ, "PYTHONPATH": str(blocker)}
-    result = run_planrun("mcp", "-C", str(tmp_path), env=env, cwd=tmp_path)
+    # a fresh interpreter: a fork of a warm one would not read PYTHONPATH's sitecustomize
+    result = run_planrun("mcp", "-C", str(tmp_path), env=env, cwd=tmp_path, real=True)
     assert result.returncode == 2
     assert "pip install 'planrun[mcp]'" in result.stderr
     assert "Traceback" not in result.stderr
