@@ -4,11 +4,21 @@ An expression sees ``params`` (the plan's parameter values) and ``steps.ID.outpu
 the step's ancestors. It is compiled at validation (``condition`` issues) and evaluated
 just before the step would be dispatched: false skips the step and its dependents
 (reason ``condition``); an evaluation error or a non-boolean result fails the step.
+
+Nothing here is imported for a plan without ``when``. cel-python builds its LALR parser
+(lark) from its grammar in every process (~0.3 s on a 2-core machine). planrun has lark
+keep the analysed parser in a file (lark's own ``cache`` option) in the user cache folder,
+``platformdirs.user_cache_path("planrun")`` (e.g. ``~/.cache/planrun/``), one file per
+cel-python, lark and Python version; later processes load it in a few milliseconds
+(:func:`install_cel_parser`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 
@@ -16,10 +26,104 @@ class ConditionError(ValueError):
     """A condition that does not compile, fails to evaluate, or is not a boolean."""
 
 
+def _private_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a directory of this user that nobody else may write."""
+    import stat
+
+    try:
+        st = folder.stat()
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def cel_parser_cache(cache_dir: Path | None = None) -> Path:
+    """The file lark keeps cel-python's parser in (see :func:`install_cel_parser`).
+
+    ``cache_dir`` defaults to ``platformdirs.user_cache_path("planrun")``. The name holds
+    the cel-python, lark and Python versions, so an upgrade of any of them uses a new file.
+    """
+    import sys
+    from importlib import metadata
+
+    import lark
+
+    if cache_dir is None:
+        import platformdirs
+
+        cache_dir = Path(platformdirs.user_cache_path("planrun"))
+    try:
+        celpy_version = metadata.version("cel-python")
+    except metadata.PackageNotFoundError:
+        celpy_version = "unknown"
+    py = "{}{}".format(*sys.version_info[:2])
+    return cache_dir / f"cel-parser-celpy{celpy_version}-lark{lark.__version__}-py{py}.lark"
+
+
+def install_cel_parser(cache_dir: Path | None = None) -> Path | None:
+    """Give cel-python its parser when it has none, built by lark with lark's cache.
+
+    cel-python holds one parser per process, the class attribute
+    ``celpy.celparser.CELParser.CEL_PARSER``: ``CELParser()`` builds it (``lark.Lark``
+    with cel-python's grammar and options) only while it is None, and every
+    ``Environment.compile`` reads it then ("No grammar loaded" when it is None). So this is
+    called before every compile, not once: whoever set it back to None (a test, another
+    library), the next compile has a parser again.
+
+    The parser is built by cel-python's own ``CELParser()`` — its grammar, its options —
+    with lark's ``cache`` option added: lark loads the file when its first line (lark's
+    hash of the grammar, options and lark version) matches, giving back the options that
+    are not kept in the file (the lexer callback, the tree class) from the call, and
+    builds and rewrites it otherwise — also when the file is unreadable or damaged (lark
+    writes it in place: a process that reads it half-written gets a pickle error, which
+    lark catches, and builds its own). The file is a pickle: it is used only in a folder
+    of this user that nobody else may write; elsewhere, or on any error, the parser is
+    built as cel-python builds it.
+
+    Args:
+        cache_dir: where the file goes (default: the user cache folder of planrun).
+
+    Returns:
+        The cache file used, or None (a parser was there already, or no cache was used).
+    """
+    from celpy import InterpretedRunner, celparser
+
+    if celparser.CELParser.CEL_PARSER is not None:
+        return None
+    tree_class = InterpretedRunner.tree_node_class
+    path: Path | None = None
+    with contextlib.suppress(Exception):  # no cache folder: built without one
+        kept = cel_parser_cache(cache_dir)
+        kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if _private_dir(kept.parent):
+            path = kept
+    if path is None:
+        celparser.CELParser(tree_class=tree_class)
+        return None
+    import functools
+
+    module: Any = celparser  # CELParser() calls lark's ``Lark`` by this module's name
+    lark_class = module.Lark
+    # lark's hash of the options includes the cache's file name: always the same one
+    module.Lark = functools.partial(lark_class, cache=str(path))
+    try:
+        celparser.CELParser(tree_class=tree_class)
+    except Exception:  # lark could not write the file (a full disk...): built without it
+        celparser.CELParser.CEL_PARSER = None
+        path = None
+    finally:
+        module.Lark = lark_class
+    if celparser.CELParser.CEL_PARSER is None:
+        celparser.CELParser(tree_class=tree_class)
+    return path
+
+
 @lru_cache(maxsize=1)
 def _environment() -> Any:
     import celpy
 
+    install_cel_parser()
     return celpy.Environment()
 
 
@@ -27,8 +131,10 @@ def _environment() -> Any:
 def _tree(expr: str) -> Any:
     import celpy.celparser
 
+    environment = _environment()
+    install_cel_parser()  # cel-python's parser may have been reset since (see there)
     try:
-        return _environment().compile(expr)
+        return environment.compile(expr)
     except celpy.celparser.CELParseError as exc:
         raise ConditionError(" ".join(str(exc).split())) from None
     except Exception as exc:  # cel-python raises assorted errors on odd input
