@@ -256,6 +256,18 @@ class ToolSpec:
         return strict_validator(self.contract)
 
     @cached_property
+    def contract_key(self) -> str:
+        """SHA-256 (hex) of what an argument check depends on: name, entry and contract.
+
+        Another ``tools.yaml`` entry (another schema, command, ``accepts``...) gives
+        another key, so arguments found to fit one are checked again against the other.
+        """
+        from .canonical import digest
+
+        return digest({"name": self.name, "entry": self.entry.model_dump(mode="json"),
+                       "contract": self.contract})
+
+    @cached_property
     def output_validator(self) -> Validator | None:
         """The strict validator of ``output_schema``, if the tool declares one."""
         if self.entry.output_schema is None:

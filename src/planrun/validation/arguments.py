@@ -15,6 +15,30 @@ from .report import secret_rule
 #: (JSON Pointer inside the arguments, message, the pointer names a key)
 ArgumentProblem = tuple[str, str, bool]
 
+#: Arguments found to fit a contract: (the tool's ``contract_key``, SHA-256 of the
+#: arguments' JSON). Only fits are kept (a problem is always worked out again, so its
+#: message is never one from another run); bounded, cleared when full.
+_FITS: set[tuple[str, str]] = set()
+FITS_KEPT = 100_000
+
+
+def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str] | None:
+    """The memo key of a check of ``arguments`` against ``tool``; None: not memoized.
+
+    Not for a tool with an ``accepts`` model (its validators are code, run every time),
+    nor for arguments with a value not known yet (a placeholder: not JSON data).
+    """
+    if tool.model is not None:
+        return None
+    import hashlib
+    import json
+
+    try:
+        text = json.dumps(arguments, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return tool.contract_key, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
 
 def _probe(value: Any, path: tuple[Any, ...], opaque: set[tuple[Any, ...]],
            text: set[tuple[Any, ...]]) -> Any:
@@ -47,7 +71,23 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
     (:func:`planrun.argv.option_value_problems`). With ``stored`` (the same arguments in
     reference form), a violation by a value that holds a secret is worded without quoting
     the value.
+
+    Arguments that fitted the same contract before (same ``tools.yaml`` entry, same JSON
+    text) are not checked again in this process (:data:`_FITS`).
     """
+    key = _fit_key(tool, arguments)
+    if key is not None and key in _FITS:
+        return []
+    out = _problems(tool, arguments, stored)
+    if key is not None and not out:
+        if len(_FITS) >= FITS_KEPT:
+            _FITS.clear()
+        _FITS.add(key)
+    return out
+
+
+def _problems(tool: ToolSpec, arguments: dict[str, Any], stored: Any
+              ) -> list[ArgumentProblem]:
     opaque: set[tuple[Any, ...]] = set()
     text: set[tuple[Any, ...]] = set()
     probe = _probe(arguments, (), opaque, text)
