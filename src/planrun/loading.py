@@ -484,7 +484,10 @@ def _parse_yaml(text: str, file: str | None) -> Document:
             f"(bound: {MAX_ALIAS_EXPANSION:,}); write the values out or use fewer aliases",
             file, root.start_mark)])
     data = _construct(root, file)
-    bad = not_text(data)
+    # A lone surrogate in the data comes from the text itself or from a \u / \U escape
+    # (YAML's other escapes give no surrogate): without either, no string needs a look.
+    maybe = has_surrogate(text) or "\\u" in text or "\\U" in text
+    bad = not_text(data) if maybe else None
     if bad is not None:  # not expected from YAML's own escapes; kept as a guard
         raise DocumentError([_issue("syntax", "a string holds a lone UTF-16 surrogate, which "
                                     "is not a character", file, root.start_mark, bad)])
