@@ -54,6 +54,9 @@ class RunParts:
     def _on_lease_lost(self) -> None:
         raise NotImplementedError
 
+    def _stopped_for(self, step: CheckedStep) -> bool:
+        raise NotImplementedError
+
     def _crash_at(self, point: str, sid: str, item: int | None = None) -> None:
         raise NotImplementedError
 

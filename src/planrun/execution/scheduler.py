@@ -279,8 +279,8 @@ class Executor(Steps, FanOut, Attempts):
         if blocked is not None:
             self._skip(sid, *blocked)
             return True
-        if self.stopping is not None:
-            self._skip(sid, self._stop_reason(), self.stopping)
+        if self._stopped_for(self.plan.by_id[sid]):
+            self._skip(sid, self._stop_reason(), self.stopping or "")
             return True
         return False
 

@@ -71,8 +71,8 @@ class Steps(RunParts):
         async with self._slots(step):
             if self.signal_exit is not None:
                 return  # stays pending
-            if self.stopping is not None:
-                self._skip(step.id, self._stop_reason(), self.stopping)
+            if self._stopped_for(step):
+                self._skip(step.id, self._stop_reason(), self.stopping or "")
                 return
             self._settle(step, await self._attempts(step, arguments, key, None))
 
@@ -86,7 +86,8 @@ class Steps(RunParts):
             outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
                        for sid, st in self.state.items()
                        if st.status == "succeeded" and sid in above}
-            go = evaluate(step.when, self.plan.params, outputs)
+            go = evaluate(step.when, self.plan.params, outputs,
+                          {sid: self.state[sid].status for sid in above})
         except redact.SecretMissing as exc:
             self._fail_now(step, "reference", str(exc))
             return False
@@ -169,7 +170,23 @@ class Steps(RunParts):
         return st.output
 
     def _blocked(self, step: CheckedStep) -> tuple[str, str] | None:
-        """(reason, message) when a dependency did not succeed."""
+        """(reason, message) when the outcome of the step's ancestors does not let it run.
+
+        ``run_if`` (docs/plans.md "Clean-up and notify steps"): ``success`` — every
+        dependency succeeded (one skipped by its condition skips this one by condition
+        too); ``failure`` — some ancestor failed, ended ``indeterminate`` or was skipped
+        for any reason but its condition, else skipped (reason ``condition``);
+        ``always`` — never blocked. Every ancestor has finished by now (graph order).
+        """
+        mode = step.run_if
+        if mode == "always":
+            return None
+        if mode == "failure":
+            above = ancestors(step.id, self.plan.deps)
+            if any(self._went_wrong(sid) for sid in above):
+                return None
+            return ("condition", "run_if is failure and no step it depends on failed or "
+                    "was skipped")
         reason: tuple[str, str] | None = None
         for dep in step.depends_on:
             st = self.state[dep]
@@ -181,6 +198,24 @@ class Steps(RunParts):
                 continue
             return ("dependency", f"dependency {dep!r} {st.status}")
         return reason
+
+    def _went_wrong(self, sid: str) -> bool:
+        """The step failed, ended indeterminate, or was skipped other than by condition."""
+        st = self.state[sid]
+        return st.status in ("failed", "indeterminate") or (
+            st.status == "skipped" and st.reason != "condition")
+
+    def _stopped_for(self, step: CheckedStep) -> bool:
+        """The run is stopping and ``step`` may not start.
+
+        A stop after a failure (no ``--keep-going``) does not hold back a ``run_if:
+        failure | always`` step: clean-up is what it is for. A signal, the run's timeout
+        or a lost lease stops every step.
+        """
+        if self.stopping is None:
+            return False
+        return (step.run_if == "success" or self.cancel_reason is not None
+                or self.signal_exit is not None)
 
     def _skip(self, sid: str, reason: str, message: str) -> None:
         self.journal.step_skipped(self.run_id, sid, reason, message)

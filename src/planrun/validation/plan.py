@@ -69,6 +69,17 @@ class CheckedStep:
         return value if isinstance(value, str) else None
 
     @property
+    def run_if(self) -> str:
+        """``success`` (default) | ``failure`` | ``always``: which ancestors' outcome runs it."""
+        value = self.raw.get("run_if")
+        return value if isinstance(value, str) else "success"
+
+    @property
+    def approve_resolved(self) -> bool:
+        """The step (or its tool) has ``approve: resolved``: cleared at dispatch."""
+        return self.raw.get("approve") == "resolved" or self.tool.entry.approve == "resolved"
+
+    @property
     def timeout(self) -> float | None:
         """Seconds per call: the step's ``timeout``, else the tool's, else None."""
         value = self.raw.get("timeout")
