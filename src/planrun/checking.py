@@ -206,7 +206,8 @@ def grant_warnings(plan: CheckedPlan, doc: Any = None) -> list[Issue]:
         return []
     out: list[Issue] = []
     for step in plan.steps:
-        if not step.approval_reason or step.approval_reason == "escalate":
+        if not step.approval_reason or step.approval_reason == "escalate" \
+                or step.deferred_approval:  # its grant is checked at dispatch
             continue
         literal = isinstance(step.for_each, list) and not templated(step.for_each)
         if step.for_each is not None and not literal:

@@ -110,11 +110,12 @@ class FanOut(RunParts):
                 if self._halting(step, items):
                     items.left += 1
                     return  # stays pending
-                outcome = await self._attempts(step, prepared[0], prepared[1], idx)
+                outcome = await self._attempts(step, prepared[0], prepared[1], idx,
+                                               prepared[2])
         self._fan_note(step, items, idx, outcome)
 
     def _prepare_item(self, step: CheckedStep, items: _Items, idx: int
-                      ) -> tuple[dict[str, Any], str] | Outcome:
+                      ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
         try:
             inject_fault("prepare", step.id, idx)
             return self._prepare(step, self._lookup(step, items.source[idx], idx), idx)

@@ -67,14 +67,16 @@ class Steps(RunParts):
             else:
                 self._settle(step, prepared)
             return
-        arguments, key = prepared
+        arguments, key, stored = prepared
+        if not self._gate(step, stored):
+            return  # stays pending: awaiting a person, or denied (the run stops)
         async with self._slots(step):
             if self.signal_exit is not None:
                 return  # stays pending
             if self._stopped_for(step):
                 self._skip(step.id, self._stop_reason(), self.stopping or "")
                 return
-            self._settle(step, await self._attempts(step, arguments, key, None))
+            self._settle(step, await self._attempts(step, arguments, key, None, stored))
 
     def _when(self, step: CheckedStep) -> bool:
         """Evaluate the step's condition; False when the step was failed or skipped."""
@@ -102,12 +104,13 @@ class Steps(RunParts):
         return bool(go)
 
     def _prepare(self, step: CheckedStep, lookup: Callable[[Ref], Any], item: int | None
-                 ) -> tuple[dict[str, Any], str] | Outcome:
+                 ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
         """Resolve and check a call's arguments and key.
 
         Returns an Outcome instead when no call is due (a failure before the call, or a
-        replay of an already-succeeded key). The arguments returned are the values to call
-        with; the key is computed over their reference form (SPEC §7).
+        replay of an already-succeeded key). Else (arguments, key, stored): the values to
+        call with, the key, and the arguments in reference form (SPEC §7: what the key,
+        the dispatch record's ``arguments_digest`` and an approval are computed over).
         """
         if step.static:
             stored = step.arguments  # fully known at validation, and checked there
@@ -142,7 +145,7 @@ class Steps(RunParts):
             self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key",
                                        item=item)
             return Outcome("succeeded", output=output, replayed=True)
-        return arguments, key
+        return arguments, key, stored
 
     def _lookup(self, step: CheckedStep, item: Any = None, index: int | None = None
                 ) -> Callable[[Ref], Any]:

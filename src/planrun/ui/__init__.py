@@ -355,8 +355,10 @@ class TerminalApprover:
         from rich.table import Table
 
         console = _console(stderr=True, no_color=self.no_color)
-        table = Table(title="Steps that need your approval before anything runs",
-                      title_justify="left")
+        title = ("Step that needs your approval now, with its resolved arguments"
+                 if requests and all(r.resolved for r in requests)
+                 else "Steps that need your approval before anything runs")
+        table = Table(title=title, title_justify="left")
         for col in ("step", "tool", "intent", "arguments"):
             table.add_column(col, overflow="fold")
         for r in requests:
