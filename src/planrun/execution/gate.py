@@ -50,6 +50,7 @@ class Gate(RunParts):
     approve_all: bool
     awaiting: list[str]
     denied: Decision | None
+    _swallow_sigint: bool
 
     def _gate(self, step: CheckedStep, stored: dict[str, Any]) -> bool:
         """True when ``step`` may be dispatched with ``stored``; else it stays pending."""
@@ -110,12 +111,19 @@ class Gate(RunParts):
     def _ask(self, req: ApprovalRequest) -> Decision:
         """Ask the person on the terminal; Ctrl-C at the prompt is a denial (SPEC §6)."""
         self.journal.flush()  # what ran so far is durable before a long wait
+        self._emit("pause", req.step_id)  # a live display would draw over the question
         loop = self._loop
+        from ..dispatch.local import real_stdin
+
         loop.remove_signal_handler(signal.SIGINT)  # restores KeyboardInterrupt
         try:
-            asked = self.approver.decide([req])
+            with real_stdin():  # tools run with stdin at end-of-file; the person does not
+                asked = self.approver.decide([req])
         finally:
             loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
         if not asked:
             return Decision(req.step_id, False, user_name(), "prompt", "not asked")
+        if asked[0].reason == "interrupt":
+            # the loop still hears of that Ctrl-C (its wakeup fd): it was an answer
+            self._swallow_sigint = True
         return asked[0]  # type: ignore[no-any-return]

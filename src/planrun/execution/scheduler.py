@@ -94,6 +94,8 @@ class Executor(Steps, FanOut, Attempts, Gate):
     lost: bool = False
     #: Tool calls running now (each fan-out item is one).
     _calls: int = 0
+    #: a Ctrl-C was a denial at a prompt (:mod:`.gate`): not an interruption.
+    _swallow_sigint: bool = False
 
     def __post_init__(self) -> None:
         if self.dispatcher is None:
@@ -166,6 +168,9 @@ class Executor(Steps, FanOut, Attempts, Gate):
     # --- signals and the lease ----------------------------------------------------------
 
     def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGINT and self._swallow_sigint:
+            self._swallow_sigint = False
+            return
         if self.signal_exit is None:
             self.signal_exit = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
             self.stopping = "interrupted"
