@@ -448,8 +448,12 @@ def print_plan(data: dict[str, Any]) -> None:
             bits.append(f"fan-out over {_short(s.get('for_each'))}")
         if s["when"]:
             bits.append(f"when {s['when']}")
+        if s.get("run_if", "success") != "success":
+            bits.append(f"run_if {s['run_if']}")
         if s["approval"]:
-            bits.append(f"needs approval ({s['approval']})")
+            bits.append(f"needs approval ({s['approval']}"
+                        + (", when reached, with its resolved arguments)"
+                           if s.get("approve_at_dispatch") else ")"))
         out("  " + "; ".join(bits))
         if s["intent"]:
             out(f"       {s['intent']}")
