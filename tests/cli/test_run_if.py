@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from conftest import Project
 
-from .support import as_json, calls, execute_json, invoke
+from .support import MODULE, TOOLS, as_json, calls, execute_json, invoke
 
 NOTIFY = """
 planrun: 1
@@ -133,3 +133,22 @@ steps:
     assert result.exit_code == 3, result.output
     issues = as_json(result)["plans"][0]["issues"]
     assert [(i["code"], i["path"]) for i in issues] == [("condition", "/steps/1/when")]
+
+
+def test_retry_inherits_a_notify_step_that_ran(proj: Project) -> None:
+    # The failure was noticed once; a retry that now succeeds does not notify again, and
+    # the steps skipped by the failure run (on_success now succeeds).
+    proj.write_plan("notify", NOTIFY)
+    _, m = execute_json(proj, "notify", "-p", "fail=true")
+    assert m["status"] == "failed"
+    proj.write_tools(TOOLS.replace("clitools:boom", "clitools:echo"), module=MODULE,
+                     module_name="clitools")  # the failing tool is fixed
+    result = invoke(proj, "retry", m["run_id"], "--json")
+    assert result.exit_code == 0, result.output
+    child = as_json(result)
+    assert child["status"] == "completed"
+    assert _statuses(child) == {"first": "succeeded", "work": "succeeded",
+                                "after": "succeeded", "on_failure": "succeeded",
+                                "cleanup": "succeeded", "on_success": "succeeded"}
+    assert calls(proj).count("failure noticed") == 1
+    assert calls(proj).count("cleaned up") == 1
