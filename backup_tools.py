@@ -339,3 +339,52 @@ def prune(dest: str, keep: int) -> PruneResult:
         (folder / name).unlink()
         deleted.append(name)
     return {"kept": kept, "deleted": deleted}
+
+
+#: The file :func:`mark_failed` writes in ``dest`` when a nightly run fails.
+FAILURE_MARKER = "BACKUP-FAILED.json"
+
+
+class FailureMark(TypedDict):
+    """Output of :func:`mark_failed` and content of :data:`FAILURE_MARKER`."""
+
+    marker: str
+    run_id: str | None
+    failed_at: str
+
+
+def mark_failed(source: str, dest: str) -> FailureMark:
+    """Write ``dest/BACKUP-FAILED.json``: the plan's notify step (``run_if: failure``).
+
+    ``dest`` is created (with its parents) if missing, but never inside ``source`` (the
+    mistake :func:`check_dirs` refuses: nothing is written into the data being backed up).
+    The marker names the run (its run id inside planrun; null outside) and the UTC time;
+    an existing marker is replaced. :func:`prune` never touches it (not an archive name).
+
+    Args:
+        source: the directory the run backs up (it may not exist).
+        dest: the backup folder.
+
+    Returns:
+        ``{"marker": absolute path, "run_id": str | None, "failed_at": RFC 3339 UTC}``.
+
+    Raises:
+        ValueError: ``dest`` is ``source`` or lies inside it.
+        OSError: ``dest`` cannot be created or written.
+    """
+    try:
+        from planrun.tools import context
+
+        run_id: str | None = context().run_id
+    except (ImportError, LookupError):
+        run_id = None
+    folder, src = Path(dest).resolve(), Path(source).resolve()
+    if folder == src or folder.is_relative_to(src):
+        raise ValueError(f"dest {str(folder)!r} is inside source {str(src)!r}; no failure "
+                         "marker is written into the data being backed up")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / FAILURE_MARKER
+    mark: FailureMark = {"marker": str(path), "run_id": run_id,
+                         "failed_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    _write_atomic(path, json.dumps(mark, indent=2) + "\n")
+    return mark

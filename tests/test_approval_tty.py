@@ -541,3 +541,41 @@ def test_a_no_at_resume_of_an_awaiting_run_denies_it(proj: Project) -> None:
     assert "Traceback" not in rest
     assert last_run(proj)["status"] == "denied"
     assert calls(proj) == []
+
+
+# --- approve: resolved: asked at dispatch, with the real values (issue 17) -----------------
+
+
+def test_approve_resolved_asks_at_dispatch_with_the_resolved_values(proj: Project) -> None:
+    proj.write_plan("resolved", LATER.replace(
+        "    depends_on: [prepare]\n", "    depends_on: [prepare]\n    approve: resolved\n"))
+    child = spawn(proj, "execute", "resolved")
+    child.expect(PROMPT_DROP)
+    shown = child.before or ""
+    assert calls(proj) == ["prepare"]  # asked when the values are known: prepare ran
+    assert "Step that needs your" in shown  # approval now, with its resolved arguments
+    assert '"name": "prepare"' in shown
+    assert "{steps.prepare.output.name}" not in shown
+    child.sendline("y")
+    status, _ = finish(child)
+    assert status == 0
+    assert calls(proj) == ["prepare", "prepare"]
+    [decision] = approvals(proj, last_run(proj)["run_id"])
+    assert decision["digest"] == digest_of({"name": "prepare"})
+    assert decision["method"] == "prompt"
+
+
+def test_approve_resolved_denied_at_dispatch_ends_the_run_denied(proj: Project) -> None:
+    proj.write_plan("resolved", LATER.replace(
+        "    depends_on: [prepare]\n", "    depends_on: [prepare]\n    approve: resolved\n"))
+    child = spawn(proj, "execute", "resolved")
+    child.expect(PROMPT_DROP)
+    child.sendcontrol("c")  # Ctrl-C at the prompt is a denial, not an interruption
+    status, rest = finish(child)
+    assert status == 4, rest
+    assert "Traceback" not in rest
+    assert calls(proj) == ["prepare"]
+    run = last_run(proj)
+    assert run["status"] == "denied"
+    [decision] = approvals(proj, run["run_id"])
+    assert (decision["granted"], decision["reason"]) == (0, "interrupt")

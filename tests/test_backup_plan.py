@@ -120,7 +120,11 @@ def test_plan_makes_archive_checksum_and_manifest(tmp_path: Path) -> None:
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert run["status"] == "completed"
-    assert set(step_status(run).values()) == {"succeeded"}
+    status = step_status(run)
+    # the notify step runs only after a failure (run_if: failure): skipped by condition
+    assert status.pop("notify_failure") == "skipped"
+    assert set(status.values()) == {"succeeded"}
+    assert not (dest / bt.FAILURE_MARKER).exists()
     archives = [p for p in dest.iterdir() if ARCHIVE_RE.match(p.name)]
     assert len(archives) == 1
     archive = archives[0]
@@ -217,9 +221,32 @@ def test_plan_refuses_dest_inside_source(tmp_path: Path) -> None:
     assert {status[s] for s in ("archive", "checksum", "manifest", "prune")} == {"skipped"}
     prepare = next(s for s in run["steps"] if s["id"] == "prepare")
     assert "inside source" in prepare["error"]["message"]
+    # the notify step refuses to write its marker into the source directory
+    notify = next(s for s in run["steps"] if s["id"] == "notify_failure")
+    assert notify["status"] == "failed"
+    assert "inside source" in notify["error"]["message"]
     assert not dest.exists()
     assert sorted(p.relative_to(source).as_posix() for p in source.rglob("*")
                   if p.is_file()) == sorted(SOURCE_FILES)
+
+
+def test_failed_run_writes_the_failure_marker_and_stays_failed(tmp_path: Path) -> None:
+    # forced failure: the source does not exist, so prepare fails; notify_failure
+    # (run_if: failure) writes the marker; the run is still failed with exit status 1
+    dest = tmp_path / "backups"
+
+    proc, run = run_backup(tmp_path, tmp_path / "no-such-source", dest)
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert run["status"] == "failed"
+    status = step_status(run)
+    assert status["prepare"] == "failed"
+    assert {status[s] for s in ("archive", "checksum", "manifest", "prune")} == {"skipped"}
+    assert status["notify_failure"] == "succeeded"
+    mark = json.loads((dest / bt.FAILURE_MARKER).read_text())
+    assert mark["run_id"] == run["run_id"]
+    assert mark["marker"] == str((dest / bt.FAILURE_MARKER).resolve())
+    assert sorted(p.name for p in dest.iterdir()) == [bt.FAILURE_MARKER]
 
 
 # --- prune --------------------------------------------------------------------------------

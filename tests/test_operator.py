@@ -112,6 +112,32 @@ def test_shipped_plan_runs_unattended_under_a_grant(tmp_path: Path) -> None:
     assert len(list((app / "backups").glob("backup-*.tar.gz"))) == 1
 
 
+def test_runtime_dest_with_approve_resolved_runs_unattended_under_the_grant(
+        tmp_path: Path) -> None:
+    # Issue 17: prune's dest from prepare's output (known only at run time) and
+    # ``approve: resolved``: the grant checks the resolved values at dispatch.
+    app = backup_project(tmp_path, runtime_dest=True)
+    plan = app / "plans" / "nightly-backup.yaml"
+    text = plan.read_text(encoding="utf-8")
+    marker = "    depends_on: [manifest]\n"
+    assert marker in text
+    plan.write_text(text.replace(marker, marker + "    approve: resolved\n"), encoding="utf-8")
+    assert "ungrantable" not in run(app, "validate", "--strict").stdout
+    proc = run(app, "execute", "nightly-backup", "-p", f"source={tmp_path / 'data'}",
+               "-p", "dest=backups", "--json")
+    assert proc.returncode == 0, proc
+    manifest = json.loads(proc.stdout)
+    assert {s["id"]: s["approved_by"] for s in manifest["steps"]}["prune"] == "nightly-prune"
+    # keep outside the grant: the run waits for a person, the archive is already made
+    proc = run(app, "execute", "nightly-backup", "-p", f"source={tmp_path / 'data'}",
+               "-p", "dest=backups", "-p", "keep=2", "--json")
+    assert proc.returncode == 4, proc
+    waiting = json.loads(proc.stdout)
+    assert waiting["status"] == "awaiting_approval"
+    assert [w["step"] for w in waiting["approval"]["waiting"]] == ["prune"]
+    assert len(list((app / "backups").glob("backup-*.tar.gz"))) == 2
+
+
 # --- bug 2: why a grant did not apply ------------------------------------------------------
 
 

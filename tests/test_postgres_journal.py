@@ -350,6 +350,31 @@ def test_four_processes_on_four_runs_at_once(cli: CliProject, pg_url: str,
     assert all(counts[f"f#{i}"] == 4 for i in range(20))
 
 
+def test_batch_claimed_items_carry_their_arguments_digest(cli: CliProject, pg_url: str,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    # Issue 17: every dispatch record's step_started event has arguments_digest, also
+    # the fan-out items PostgreSQL claims in one batch (FOR UPDATE SKIP LOCKED).
+    import hashlib
+
+    monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)
+    cli.journal = pg_url
+    cli.tools(TOOLS)
+    cli.plan("fan", """
+        planrun: 1
+        goal: items claimed in a batch
+        steps:
+          - {id: f, tool: idem, for_each: [1, 2, 3], arguments: {value: "{item}"}}
+    """)
+    r = cli.run("execute", "fan", "--json")
+    assert r.returncode == 0, r
+    log = cli.run("log", r.json["run_id"], "--json")
+    digests = {e["item"]: e["data"]["arguments_digest"] for e in json.loads(log.stdout)
+               if e["kind"] == "step_started" and e["item"] is not None}
+    assert digests == {i: hashlib.sha256(f'{{"value":{i + 1}}}'.encode()).hexdigest()
+                       for i in range(3)}
+
+
 # --- the server restarts in the middle of a run ---------------------------------------------------
 
 

@@ -278,6 +278,8 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     requests = [approval.request_for(s) for s in plan.steps if s.approval_reason]
     if dry_run:
         return DryRun(plan=plan, order=plan.order(), approvals=requests)
+    requests = [r for r in requests
+                if approval.cleared_before(plan.by_id[r.step_id], approve, approve_all)]
     return _settled(lambda: _start(settings, loaded, plan, requests, approve, approve_all,
                                    None if defer_approval else approver, max_parallel,
                                    keep_going, progress, dispatcher, planned_by,
@@ -320,7 +322,9 @@ def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list
                 return RunOutcome(manifest.build(journal, run_id))  # awaiting_approval
             return runner.drive(journal, settings, plan, run_id=run_id, root_run_id=run_id,
                                 owner=owner, max_parallel=parallel, keep_going=keep_going,
-                                progress=progress, fresh=True, dispatcher=dispatcher)
+                                progress=progress, fresh=True, dispatcher=dispatcher,
+                                approver=approver, approve=set(approve),
+                                approve_all=approve_all)
 
 
 

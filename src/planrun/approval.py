@@ -31,6 +31,8 @@ class ApprovalRequest:
         digest: SHA-256 of the canonical JSON of ``arguments`` and of the tool as
             registered (:func:`tool_identity`): the decision is bound to both.
         reason: why it needs a person (``irreversible``, ``policy`` …).
+        resolved: ``arguments`` are the resolved values, asked at dispatch
+            (``approve: resolved``), not the arguments as written before the run.
     """
 
     step_id: str
@@ -39,6 +41,7 @@ class ApprovalRequest:
     arguments: dict[str, Any]
     digest: str
     reason: str
+    resolved: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,17 @@ def request_for(step: Any) -> ApprovalRequest:
                            digest=digest({"arguments": shown,
                                           "tool": tool_identity(step.tool)}),
                            reason=step.approval_reason or "irreversible")
+
+
+def cleared_before(step: Any, approve: set[str] | Sequence[str], approve_all: bool) -> bool:
+    """True when ``step`` needs clearing before the run (not only at dispatch).
+
+    Every step that needs a person, except an ``approve: resolved`` one
+    (``step.deferred_approval``), which is cleared with its resolved arguments at dispatch
+    — unless ``--approve STEP`` / ``--approve-all`` clear it up front, as for any step.
+    """
+    return bool(step.approval_reason) and (
+        not step.deferred_approval or approve_all or step.id in approve)
 
 
 def clear(requests: Sequence[ApprovalRequest], *, approve: set[str], approve_all: bool,

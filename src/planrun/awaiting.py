@@ -63,8 +63,21 @@ def waiting(journal: Journal, run_id: str) -> list[ApprovalRequest]:
             step_id=row.step_id, tool=str(data.get("tool") or row.tool),
             intent=data.get("intent") if isinstance(data.get("intent"), str) else None,
             arguments=args if isinstance(args, dict) else {}, digest=dig,
-            reason=str(data.get("reason") or "irreversible")))
+            reason=str(data.get("reason") or "irreversible"),
+            resolved=data.get("resolved") is True))
     return out
+
+
+def _shown(r: ApprovalRequest) -> str:
+    """``STEP (TOOL)``, and for a step asked at dispatch its resolved arguments (masked)."""
+    if not r.resolved:
+        return f"{r.step_id} ({r.tool})"
+    import json
+
+    from . import redact
+
+    return (f"{r.step_id} ({r.tool}) with arguments "
+            + json.dumps(redact.display(r.arguments), ensure_ascii=False, sort_keys=True))
 
 
 def commands(run_id: str, steps: Sequence[str]) -> dict[str, str]:
@@ -170,7 +183,7 @@ def approve(journal: Journal, ref: str, steps: Sequence[str] = (), *,
     elif not left:
         decisions = []
     elif approver is None:
-        names = ", ".join(f"{r.step_id} ({r.tool})" for r in left)
+        names = ", ".join(_shown(r) for r in left)
         cmd = commands(run_id, [r.step_id for r in left])
         raise ApprovalError(
             f"run {run_id} waits for approval of {names} and there is no terminal to "

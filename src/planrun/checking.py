@@ -206,7 +206,8 @@ def grant_warnings(plan: CheckedPlan, doc: Any = None) -> list[Issue]:
         return []
     out: list[Issue] = []
     for step in plan.steps:
-        if not step.approval_reason or step.approval_reason == "escalate":
+        if not step.approval_reason or step.approval_reason == "escalate" \
+                or step.deferred_approval:  # its grant is checked at dispatch
             continue
         literal = isinstance(step.for_each, list) and not templated(step.for_each)
         if step.for_each is not None and not literal:
@@ -235,8 +236,9 @@ def grant_warnings(plan: CheckedPlan, doc: Any = None) -> list[Issue]:
             message=f"step {step.id!r}: no grant can ever clear it unattended: "
             f"{which} its tool {c!r}, but its {what} are only known at run time, and a "
             "grant checks arguments before the run. An unattended run (cron, CI) stops "
-            f"with exit 4; give the {what} from parameters or literals, or clear the step "
-            f"with --approve {step.id}"))
+            f"with exit 4; give the {what} from parameters or literals, give the step "
+            "approve: resolved (a grant then checks the resolved values when it is "
+            f"reached), or clear the step with --approve {step.id}"))
     return out
 
 

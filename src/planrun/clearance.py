@@ -223,7 +223,8 @@ def _unattended_error(exc: ApprovalError, run_id: str, requests: Sequence[Approv
         code="approval_required",
         hint=f"Clear them with {flags}, or --approve-all, or run on a terminal to be "
         "asked; for unattended runs, change the grant or the step so that the grant "
-        f"can check the step's arguments before the run (planrun log {run_id} shows "
+        "can check the step's arguments (from parameters before the run, or with "
+        f"approve: resolved when it is reached) (planrun log {run_id} shows "
         "this too; -v shows the grants and arguments compared).",
         details=_grant_details(policy, plan, left))
 

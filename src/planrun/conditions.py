@@ -1,9 +1,10 @@
 """``when`` conditions in CEL, via the ``cel-python`` package (SPEC §3).
 
-An expression sees ``params`` (the plan's parameter values) and ``steps.ID.output`` for
-the step's ancestors. It is compiled at validation (``condition`` issues) and evaluated
-just before the step would be dispatched: false skips the step and its dependents
-(reason ``condition``); an evaluation error or a non-boolean result fails the step.
+An expression sees ``params`` (the plan's parameter values), ``steps.ID.output`` and
+``steps.ID.status`` for the step's ancestors. It is compiled at validation
+(``condition`` issues) and evaluated just before the step would be dispatched: false
+skips the step and its dependents (reason ``condition``); an evaluation error or a
+non-boolean result fails the step.
 
 Nothing here is imported for a plan without ``when``. cel-python builds its LALR parser
 (lark) from its grammar in every process (~0.3 s on a 2-core machine). planrun has lark
@@ -288,8 +289,13 @@ def compile_condition(expr: str) -> Any:
         raise ConditionError(f"{type(exc).__name__}: {exc}") from None
 
 
-def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any]) -> bool:
-    """Evaluate ``expr`` with ``params`` and ``steps.ID.output`` = ``outputs[ID]``.
+def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any],
+             statuses: dict[str, str] | None = None) -> bool:
+    """Evaluate ``expr`` with ``params``, ``steps.ID.output`` and ``steps.ID.status``.
+
+    ``steps.ID.output`` is ``outputs[ID]``; ``steps.ID.status`` is ``statuses[ID]`` (a
+    step status word of SPEC §5, e.g. ``"failed"``); a step that did not succeed has no
+    ``output``.
 
     Raises:
         ConditionError: evaluation failed or the result is not a boolean.
@@ -297,10 +303,11 @@ def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any]) -> bool
     from celpy.adapter import json_to_cel
 
     program = compile_condition(expr)
-    activation = {
-        "params": json_to_cel(params),
-        "steps": json_to_cel({sid: {"output": out} for sid, out in outputs.items()}),
-    }
+    steps: dict[str, dict[str, Any]] = {sid: {"status": st}
+                                        for sid, st in (statuses or {}).items()}
+    for sid, out in outputs.items():
+        steps.setdefault(sid, {})["output"] = out
+    activation = {"params": json_to_cel(params), "steps": json_to_cel(steps)}
     try:
         result = program.evaluate(activation)
     except Exception as exc:  # CELEvalError and friends

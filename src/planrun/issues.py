@@ -40,6 +40,8 @@ ISSUE_CODES: dict[str, str] = {
     "refused": "the policy refuses this tool outright",
     "repair_changes_succeeded": "a repair's revision changes or removes a step the failed "
     "run completed",
+    "approve_resolved": "`approve: resolved` on a step it cannot apply to (arguments "
+    "known before the run, a fan-out step, a step that needs no approval)",
     "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
     "planner": "a planner failed, timed out, or wrote something that is not a plan",
     "replan_exhausted": "no valid plan within `--max-rounds` rounds of a planner",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import clearance, redact, runner
-from .approval import request_for
+from .approval import cleared_before, request_for
 from .checking import check_approve, file_sha256, load_registry, no_gc
 from .errors import ApprovalError, Refused, RunError, UsageError
 from .executor import StepState
@@ -350,13 +350,15 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
                                            "running when the run died; effect unknown")
                 raise _indeterminate_error(run_id, found.blocked)
             to_run = {sid for sid, st in found.state.items() if st.status == "pending"}
-            requests = _missing_approvals(journal, run_id, plan, to_run)
+            requests = _missing_approvals(journal, run_id, plan, to_run,
+                                          set(approve or []), approve_all)
             if requests:
                 try:
                     left = clearance.clear_approvals(
                         journal, run_id, requests, set(approve or []), approve_all,
                         approver, on_deny=None, plan=plan, policy=plan.policy,
-                        whole_run=[request_for(s) for s in plan.steps if s.approval_reason],
+                        whole_run=[request_for(s) for s in plan.steps
+                                   if cleared_before(s, approve or [], approve_all)],
                         defer=defer_approval)
                 except ApprovalError as exc:
                     if exc.code == "approval_denied" and row.status == AWAITING:
@@ -379,14 +381,20 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
         outcome = runner.drive(journal, settings, plan, run_id=run_id,
                                root_run_id=row.root_run_id, owner=owner,
                                max_parallel=int(parallel), keep_going=bool(going),
-                               state=found.state, progress=progress)
+                               state=found.state, progress=progress,
+                               approver=None if defer_approval else approver,
+                               approve=set(approve or []), approve_all=approve_all)
         outcome.notes.extend([note] if note else [])
         return outcome
 
 
 def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
-                       to_run: set[str]) -> list[Any]:
+                       to_run: set[str], approve: set[str], approve_all: bool
+                       ) -> list[Any]:
     """Requests for steps about to run that have no granted decision with the same digest.
+
+    An ``approve: resolved`` step is cleared at dispatch instead, unless ``--approve``
+    names it (or ``--approve-all``).
 
     The digest covers the arguments and the tool as registered (SPEC §6), so a tool whose
     registration changed since is asked about again. A grant's decision is never reused:
@@ -397,7 +405,7 @@ def _missing_approvals(journal: Journal, run_id: str, plan: CheckedPlan,
                if a.granted and a.method != "grant"}
     out = []
     for step in plan.steps:
-        if step.approval_reason and step.id in to_run:
+        if cleared_before(step, approve, approve_all) and step.id in to_run:
             req = request_for(step)
             if (step.id, req.digest) not in granted:
                 out.append(req)

@@ -62,6 +62,12 @@ class Step(BaseModel):
     timeout: Seconds | None = None
     retries: Retries | None = None
     when: str | None = None
+    #: which outcome of its ancestors lets the step run: ``success`` (default: every
+    #: dependency succeeded), ``failure`` (some ancestor failed, ended indeterminate or
+    #: was skipped other than by its condition), ``always`` (once they all finished).
+    run_if: Literal["success", "failure", "always"] | None = None
+    #: ``resolved``: clear the step when its arguments are resolved, at dispatch.
+    approve: Literal["resolved"] | None = None
     pool: str | None = None
     max_recoveries: Annotated[int, Field(ge=0)] | None = None
 
@@ -112,6 +118,9 @@ class Tool(BaseModel):
     retries: Retries | None = None
     cwd: str | None = None
     pool: str | None = None
+    #: ``resolved``: steps of this tool are cleared with their resolved arguments, at
+    #: dispatch, instead of before the run.
+    approve: Literal["resolved"] | None = None
     #: command tools: arguments whose placeholder may sit inside a larger argv element.
     allow_embedded: list[str] | None = None
     #: command tools: arguments (or ``true``: all) whose value may start with ``-``.

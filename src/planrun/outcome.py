@@ -43,10 +43,11 @@ class RunOutcome:
     def exit_code(self) -> int:
         """The exit status of SPEC §9: 0 completed, 1 failed, 130/143 interrupted.
 
-        4 for a run left ``awaiting_approval`` (``--defer-approval``, SPEC §10).
+        4 for a run left ``awaiting_approval`` (``--defer-approval``, SPEC §10, or an
+        ``approve: resolved`` step nobody could clear at dispatch) or ``denied`` there.
         """
         if self.signal_exit is not None:
             return self.signal_exit
-        if self.status == "awaiting_approval" and self.error is None:
+        if self.status in ("awaiting_approval", "denied") and self.error is None:
             return EXIT_APPROVAL
         return 0 if self.status == "completed" and self.error is None else EXIT_RUN_FAILED

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import clearance, runner
-from .approval import request_for
+from .approval import cleared_before, request_for
 from .checking import check_approve
 from .errors import RunError, UsageError
 from .executor import StepState
@@ -159,7 +159,7 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
              for r in parent_rows if (sid := r.step_id) in inherited}
     to_run = set(plan.by_id) - set(inherited)
     requests = [request_for(s) for s in plan.steps
-                if s.approval_reason and s.id in to_run]
+                if cleared_before(s, approve, approve_all) and s.id in to_run]
     if requests:
         clearance.clear_approvals(journal, child, requests, set(approve), approve_all,
                                approver, on_deny="denied", plan=plan, policy=plan.policy)
@@ -167,7 +167,8 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
     outcome = runner.drive(journal, settings, plan, run_id=child,
                            root_run_id=row.root_run_id, owner=owner,
                            max_parallel=int(parallel), keep_going=keep_going, state=state,
-                           progress=progress, also_leased=[parent_id])
+                           progress=progress, also_leased=[parent_id],
+                           approver=approver, approve=set(approve), approve_all=approve_all)
     outcome.notes.extend([note] if note else [])
     return outcome
 

@@ -161,8 +161,14 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
           root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
           state: dict[str, Any] | None = None, progress: Any = None,
           fresh: bool = False, also_leased: list[str] | None = None,
-          dispatcher: Dispatcher | None = None) -> RunOutcome:
+          dispatcher: Dispatcher | None = None, approver: Any = None,
+          approve: set[str] | frozenset[str] = frozenset(),
+          approve_all: bool = False) -> RunOutcome:
     """Run the run's pending steps to the end, record its status.
+
+    ``approver``, ``approve`` and ``approve_all`` clear ``approve: resolved`` steps at
+    dispatch (:mod:`planrun.execution.gate`); a step nobody clears leaves the run
+    ``awaiting_approval``, a denial ends it ``denied`` (both exit 4).
 
     ``dispatcher`` makes the calls (default: a
     :class:`~planrun.dispatch.local.LocalDispatcher`, which runs python tools in the
@@ -183,7 +189,9 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
                         project=settings.project, max_parallel=max_parallel,
                         keep_going=keep_going, progress=progress, owner=owner,
                         state=state or {}, pools=settings.pools, fresh=fresh,
-                        also_leased=also_leased or [], dispatcher=dispatcher)
+                        also_leased=also_leased or [], dispatcher=dispatcher,
+                        approver=approver, approve=frozenset(approve),
+                        approve_all=approve_all)
     try:
         status = executor.run()
     except Exception as exc:
@@ -191,7 +199,13 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
         exc.planrun_abandoned = executor.abandoned  # type: ignore[attr-defined]
         raise
     inject_fault("finish")
-    journal.finish_run(run_id, status)
+    data: dict[str, Any] | None = None
+    if status == "awaiting_approval":
+        data = {"reason": "approval_required", "waiting": executor.awaiting}
+    elif status == "denied":
+        data = {"reason": "approval_denied", "by": executor.denied.decided_by,
+                "step": executor.denied.step_id}
+    journal.finish_run(run_id, status, data)
     return RunOutcome(manifest.build(journal, run_id),
                       signal_exit=(executor.signal_exit or EXIT_SIGINT
                                    if status == "interrupted" else None),

@@ -18,7 +18,9 @@ def describe_plan(plan: CheckedPlan) -> dict[str, Any]:
 
     Returns ``{"name", "revision", "goal", "file", "digest", "params": [...],
     "steps": [...]}``; each step has ``id``, ``tool``, ``depends_on``, ``intent``,
-    ``approval`` (why it needs clearing, or None), ``fan_out``, ``when`` (the condition,
+    ``approval`` (why it needs clearing, or None), ``run_if`` (``success`` | ``failure`` |
+    ``always``), ``approve_at_dispatch`` (``approve: resolved``: cleared when it is
+    reached), ``fan_out``, ``when`` (the condition,
     or None), ``for_each`` (as written, or None).
     """
     from .params import as_written
@@ -39,6 +41,7 @@ def describe_plan(plan: CheckedPlan) -> dict[str, Any]:
             "id": sid, "tool": step.tool.name, "depends_on": step.depends_on,
             "intent": step.intent, "approval": step.approval_reason,
             "fan_out": step.for_each is not None, "when": step.when,
+            "run_if": step.run_if, "approve_at_dispatch": step.deferred_approval,
             "for_each": None if step.for_each is None else as_written(step.for_each),
             "idempotent": step.tool.entry.idempotent,
         })

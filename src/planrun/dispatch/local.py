@@ -142,6 +142,33 @@ def _without_param_env() -> Iterator[None]:
         os.environ.update(taken)
 
 
+#: The process's stdin (a duplicate of fd 0) while :func:`_stdout_to_stderr` holds it.
+_SAVED_STDIN: list[int] = []
+
+
+@contextlib.contextmanager
+def real_stdin() -> Iterator[None]:
+    """The process's own stdin back for the block, while tools run with end-of-file.
+
+    For a question to the person at dispatch (``approve: resolved``, SPEC §6): the
+    prompt reads the terminal. Nothing to do outside a local session.
+    """
+    if not _SAVED_STDIN:
+        yield
+        return
+    quiet_in, quiet = os.dup(0), sys.stdin
+    try:
+        os.dup2(_SAVED_STDIN[-1], 0)
+        sys.stdin = os.fdopen(os.dup(0), encoding="utf-8", closefd=True)
+        yield
+    finally:
+        if sys.stdin is not quiet:
+            sys.stdin.close()
+        sys.stdin = quiet
+        os.dup2(quiet_in, 0)
+        os.close(quiet_in)
+
+
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[None]:
     """While tools run, whatever they print goes to stderr; stdin is end-of-file.
@@ -158,6 +185,7 @@ def _stdout_to_stderr() -> Iterator[None]:
             yield
         return
     old_stdin = sys.stdin
+    _SAVED_STDIN.append(saved_in)
     try:
         os.dup2(2, 1)
         # nothing waits on a stdin: a tool that reads it gets end-of-file at once
@@ -168,6 +196,7 @@ def _stdout_to_stderr() -> Iterator[None]:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
+        _SAVED_STDIN.remove(saved_in)
         sys.stderr.flush()
         if sys.stdin is not old_stdin:
             sys.stdin.close()

@@ -32,8 +32,15 @@ class Attempts(RunParts):
                      self.journal)
 
     async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
-                        item: int | None) -> Outcome:
-        """Call the tool until it succeeds or its retries are spent; journal every attempt."""
+                        item: int | None, stored: dict[str, Any] | None = None) -> Outcome:
+        """Call the tool until it succeeds or its retries are spent; journal every attempt.
+
+        ``stored``: the arguments in reference form (default: ``arguments``); their digest
+        is journaled with each dispatch record.
+        """
+        from ..canonical import digest
+
+        args_digest = digest(arguments if stored is None else stored)
         attempt = 0
         if not self.fresh:
             attempt, exhausted = self._recovered(step, key, item)
@@ -41,7 +48,7 @@ class Attempts(RunParts):
                 return exhausted
         while True:
             attempt += 1
-            await self._dispatched(step, key, item, attempt)
+            await self._dispatched(step, key, item, attempt, args_digest)
             call = Call(step.tool.name, arguments, StepContext(
                 run_id=self.run_id, step_id=step.id, item_index=item, idempotency_key=key,
                 attempt=attempt), step.timeout, self._secrets)
@@ -73,10 +80,11 @@ class Attempts(RunParts):
         return attempt, Outcome("failed", error=exhausted)
 
     async def _dispatched(self, step: CheckedStep, key: str, item: int | None,
-                          attempt: int) -> None:
+                          attempt: int, args_digest: str | None = None) -> None:
         """Journal the dispatch record and wait for its commit (record, then call)."""
         self.journal.step_started(self.run_id, step.id, attempt=attempt, key=key,
-                                  root_run_id=self.root_run_id, item=item, defer=True)
+                                  root_run_id=self.root_run_id, item=item, defer=True,
+                                  arguments_digest=args_digest)
         await self._commit_dispatch(step.id, key, item)
         if item is None:
             self.state[step.id].status = "running"

@@ -54,6 +54,15 @@ class RunParts:
     def _on_lease_lost(self) -> None:
         raise NotImplementedError
 
+    def _stopped_for(self, step: CheckedStep) -> bool:
+        raise NotImplementedError
+
+    def _on_signal(self, signum: int) -> None:
+        raise NotImplementedError
+
+    def _gate(self, step: CheckedStep, stored: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
     def _crash_at(self, point: str, sid: str, item: int | None = None) -> None:
         raise NotImplementedError
 
@@ -70,14 +79,14 @@ class RunParts:
         raise NotImplementedError
 
     def _prepare(self, step: CheckedStep, lookup: Callable[[Ref], Any], item: int | None
-                 ) -> tuple[dict[str, Any], str] | Outcome:
+                 ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
         raise NotImplementedError
 
     def _slots(self, step: CheckedStep) -> Slots:
         raise NotImplementedError
 
     async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
-                        item: int | None) -> Outcome:
+                        item: int | None, stored: dict[str, Any] | None = None) -> Outcome:
         raise NotImplementedError
 
     async def _fan_out(self, step: CheckedStep) -> None:

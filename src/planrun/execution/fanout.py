@@ -84,8 +84,8 @@ class FanOut(RunParts):
             return None
         return source
 
-    def _halting(self, items: _Items) -> bool:
-        return items.halted or self.stopping is not None or self.signal_exit is not None
+    def _halting(self, step: CheckedStep, items: _Items) -> bool:
+        return items.halted or self._stopped_for(step) or self.signal_exit is not None
 
     async def _fan_item(self, step: CheckedStep, items: _Items, idx: int) -> None:
         status = items.statuses[idx]
@@ -95,7 +95,7 @@ class FanOut(RunParts):
             items.failed.append((idx, {"code": "failed", "message": "failed in an earlier "
                                        "attempt of this run"}))
             return
-        if self._halting(items):
+        if self._halting(step, items):
             items.left += 1
             return  # stays pending
         prepared = self._prepare_item(step, items, idx)
@@ -107,14 +107,15 @@ class FanOut(RunParts):
                                            expect=BEFORE_CALL, item=idx)
         else:
             async with self._slots(step):
-                if self._halting(items):
+                if self._halting(step, items):
                     items.left += 1
                     return  # stays pending
-                outcome = await self._attempts(step, prepared[0], prepared[1], idx)
+                outcome = await self._attempts(step, prepared[0], prepared[1], idx,
+                                               prepared[2])
         self._fan_note(step, items, idx, outcome)
 
     def _prepare_item(self, step: CheckedStep, items: _Items, idx: int
-                      ) -> tuple[dict[str, Any], str] | Outcome:
+                      ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
         try:
             inject_fault("prepare", step.id, idx)
             return self._prepare(step, self._lookup(step, items.source[idx], idx), idx)

@@ -32,13 +32,14 @@ from ..validation import CheckedPlan
 from .attempts import Attempts
 from .common import GRACE_S, Heartbeat, Progress, StepState, crash_points, inject_fault
 from .fanout import FanOut
+from .gate import Gate
 from .steps import Steps
 
 _DONE = ("succeeded", "skipped", "failed", "indeterminate")
 
 
 @dataclass
-class Executor(Steps, FanOut, Attempts):
+class Executor(Steps, FanOut, Attempts, Gate):
     """Runs the pending steps of one journaled run.
 
     Args:
@@ -59,6 +60,10 @@ class Executor(Steps, FanOut, Attempts):
         grace_s: seconds running calls get after the first SIGINT/SIGTERM.
         dispatcher: what makes the calls (default: a
             :class:`~planrun.dispatch.local.LocalDispatcher` for ``project``).
+        approver: asks a person on the terminal about ``approve: resolved`` steps at
+            dispatch (:mod:`.gate`), or None (they leave the run awaiting approval).
+        approve: step ids of ``--approve`` (they clear such steps at dispatch).
+        approve_all: ``--approve-all``.
     """
 
     journal: Journal
@@ -76,12 +81,21 @@ class Executor(Steps, FanOut, Attempts):
     also_leased: list[str] = field(default_factory=list)
     grace_s: float = GRACE_S
     dispatcher: Dispatcher | None = None
+    approver: Any = None
+    approve: frozenset[str] = frozenset()
+    approve_all: bool = False
+    #: ``approve: resolved`` steps left waiting for a person (they stay pending).
+    awaiting: list[str] = field(default_factory=list)
+    #: the denial of an ``approve: resolved`` step at dispatch, if any.
+    denied: Any = None
     stopping: str | None = None
     cancel_reason: tuple[str, str] | None = None
     signal_exit: int | None = None
     lost: bool = False
     #: Tool calls running now (each fan-out item is one).
     _calls: int = 0
+    #: a Ctrl-C was a denial at a prompt (:mod:`.gate`): not an interruption.
+    _swallow_sigint: bool = False
 
     def __post_init__(self) -> None:
         if self.dispatcher is None:
@@ -102,7 +116,8 @@ class Executor(Steps, FanOut, Attempts):
 
         Returns:
             The run status: ``completed`` | ``failed`` | ``interrupted`` (then
-            :attr:`signal_exit` is 130 or 143).
+            :attr:`signal_exit` is 130 or 143) | ``awaiting_approval`` (:attr:`awaiting`
+            names the steps) | ``denied`` (:attr:`denied` is the decision).
 
         Raises:
             LeaseLost: another process took the run's lease (``abandoned_calls`` set).
@@ -124,6 +139,10 @@ class Executor(Steps, FanOut, Attempts):
             # Every call finished within the grace period and nothing is left to run: the
             # run ends as what it is, not "interrupted" (issue 10, bug 6).
             self.signal_exit = None
+        if self.denied is not None:
+            return "denied"
+        if self.awaiting:
+            return "awaiting_approval"
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
         return "failed" if bad else "completed"
 
@@ -149,6 +168,9 @@ class Executor(Steps, FanOut, Attempts):
     # --- signals and the lease ----------------------------------------------------------
 
     def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGINT and self._swallow_sigint:
+            self._swallow_sigint = False
+            return
         if self.signal_exit is None:
             self.signal_exit = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
             self.stopping = "interrupted"
@@ -245,7 +267,7 @@ class Executor(Steps, FanOut, Attempts):
         running = self._running
         while sorter.is_active():
             ready.add(sorter.get_ready())
-            while ready and self.signal_exit is None and not self.lost:
+            while ready and self.signal_exit is None and not self.lost and not self.awaiting:
                 sid = ready.pop()
                 inject_fault("schedule", sid)
                 if self._settled_before(sid):
@@ -253,8 +275,8 @@ class Executor(Steps, FanOut, Attempts):
                 else:
                     running[asyncio.create_task(self._run_step(self.plan.by_id[sid]))] = sid
             if not running:
-                if self.signal_exit is not None or self.lost:
-                    return  # interrupted: what was not dispatched stays pending
+                if self.signal_exit is not None or self.lost or self.awaiting:
+                    return  # interrupted or awaiting: what was not dispatched stays pending
                 continue
             await self._commit_pending()
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -279,8 +301,8 @@ class Executor(Steps, FanOut, Attempts):
         if blocked is not None:
             self._skip(sid, *blocked)
             return True
-        if self.stopping is not None:
-            self._skip(sid, self._stop_reason(), self.stopping)
+        if self._stopped_for(self.plan.by_id[sid]):
+            self._skip(sid, self._stop_reason(), self.stopping or "")
             return True
         return False
 

@@ -67,14 +67,16 @@ class Steps(RunParts):
             else:
                 self._settle(step, prepared)
             return
-        arguments, key = prepared
+        arguments, key, stored = prepared
+        if not self._gate(step, stored):
+            return  # stays pending: awaiting a person, or denied (the run stops)
         async with self._slots(step):
             if self.signal_exit is not None:
                 return  # stays pending
-            if self.stopping is not None:
-                self._skip(step.id, self._stop_reason(), self.stopping)
+            if self._stopped_for(step):
+                self._skip(step.id, self._stop_reason(), self.stopping or "")
                 return
-            self._settle(step, await self._attempts(step, arguments, key, None))
+            self._settle(step, await self._attempts(step, arguments, key, None, stored))
 
     def _when(self, step: CheckedStep) -> bool:
         """Evaluate the step's condition; False when the step was failed or skipped."""
@@ -86,7 +88,8 @@ class Steps(RunParts):
             outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
                        for sid, st in self.state.items()
                        if st.status == "succeeded" and sid in above}
-            go = evaluate(step.when, self.plan.params, outputs)
+            go = evaluate(step.when, self.plan.params, outputs,
+                          {sid: self.state[sid].status for sid in above})
         except redact.SecretMissing as exc:
             self._fail_now(step, "reference", str(exc))
             return False
@@ -101,12 +104,13 @@ class Steps(RunParts):
         return bool(go)
 
     def _prepare(self, step: CheckedStep, lookup: Callable[[Ref], Any], item: int | None
-                 ) -> tuple[dict[str, Any], str] | Outcome:
+                 ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
         """Resolve and check a call's arguments and key.
 
         Returns an Outcome instead when no call is due (a failure before the call, or a
-        replay of an already-succeeded key). The arguments returned are the values to call
-        with; the key is computed over their reference form (SPEC §7).
+        replay of an already-succeeded key). Else (arguments, key, stored): the values to
+        call with, the key, and the arguments in reference form (SPEC §7: what the key,
+        the dispatch record's ``arguments_digest`` and an approval are computed over).
         """
         if step.static:
             stored = step.arguments  # fully known at validation, and checked there
@@ -141,7 +145,7 @@ class Steps(RunParts):
             self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key",
                                        item=item)
             return Outcome("succeeded", output=output, replayed=True)
-        return arguments, key
+        return arguments, key, stored
 
     def _lookup(self, step: CheckedStep, item: Any = None, index: int | None = None
                 ) -> Callable[[Ref], Any]:
@@ -169,7 +173,23 @@ class Steps(RunParts):
         return st.output
 
     def _blocked(self, step: CheckedStep) -> tuple[str, str] | None:
-        """(reason, message) when a dependency did not succeed."""
+        """(reason, message) when the outcome of the step's ancestors does not let it run.
+
+        ``run_if`` (docs/plans.md "Clean-up and notify steps"): ``success`` — every
+        dependency succeeded (one skipped by its condition skips this one by condition
+        too); ``failure`` — some ancestor failed, ended ``indeterminate`` or was skipped
+        for any reason but its condition, else skipped (reason ``condition``);
+        ``always`` — never blocked. Every ancestor has finished by now (graph order).
+        """
+        mode = step.run_if
+        if mode == "always":
+            return None
+        if mode == "failure":
+            above = ancestors(step.id, self.plan.deps)
+            if any(self._went_wrong(sid) for sid in above):
+                return None
+            return ("condition", "run_if is failure and no step it depends on failed or "
+                    "was skipped")
         reason: tuple[str, str] | None = None
         for dep in step.depends_on:
             st = self.state[dep]
@@ -181,6 +201,24 @@ class Steps(RunParts):
                 continue
             return ("dependency", f"dependency {dep!r} {st.status}")
         return reason
+
+    def _went_wrong(self, sid: str) -> bool:
+        """The step failed, ended indeterminate, or was skipped other than by condition."""
+        st = self.state[sid]
+        return st.status in ("failed", "indeterminate") or (
+            st.status == "skipped" and st.reason != "condition")
+
+    def _stopped_for(self, step: CheckedStep) -> bool:
+        """The run is stopping and ``step`` may not start.
+
+        A stop after a failure (no ``--keep-going``) does not hold back a ``run_if:
+        failure | always`` step: clean-up is what it is for. A signal, the run's timeout
+        or a lost lease stops every step.
+        """
+        if self.stopping is None:
+            return False
+        return (step.run_if == "success" or self.cancel_reason is not None
+                or self.signal_exit is not None)
 
     def _skip(self, sid: str, reason: str, message: str) -> None:
         self.journal.step_skipped(self.run_id, sid, reason, message)

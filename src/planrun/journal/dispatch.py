@@ -18,8 +18,14 @@ class DispatchMixin(JournalBase):
     """The journal's dispatch records and keys: a part of :class:`planrun.journal.Journal`."""
 
     def step_started(self, run_id: str, step_id: str, *, attempt: int, key: str,
-                     root_run_id: str, item: int | None = None, defer: bool = False) -> str:
+                     root_run_id: str, item: int | None = None, defer: bool = False,
+                     arguments_digest: str | None = None) -> str:
         """The dispatch record: step (or item) ``running`` with its key claimed.
+
+        ``arguments_digest`` (SHA-256 of the canonical JSON of the resolved arguments in
+        reference form) goes into the ``step_started`` event's data, next to ``attempt``
+        and ``key``: what was called is known even when a tool's ``key_arguments`` leave
+        some arguments out of the key. (An event field: no schema change.)
 
         ``attempt`` is the step's count of dispatches including this one (SPEC §5
         "Attempts"). A record found ``running`` (left by a crash) counts one more recovery.
@@ -35,8 +41,10 @@ class DispatchMixin(JournalBase):
             LeaseLost: another process holds the run's lease.
         """
         ts = now()
+        extra = {"arguments_digest": arguments_digest} if arguments_digest else {}
         if item is not None and defer and self.backend.BATCH_CLAIMS:
-            self._claim_later(run_id, step_id, root_run_id, (item, attempt, key, ts))
+            self._claim_later(run_id, step_id, root_run_id, (item, attempt, key, ts),
+                              extra)
             return ts
         table, where, args = self._target(run_id, step_id, item)
 
@@ -57,7 +65,7 @@ class DispatchMixin(JournalBase):
                 "status = 'running', claimed_at = excluded.claimed_at",
                 (key, root_run_id, run_id, step_id, item, ts))
             self._event(c, run_id, "step_started", step_id=step_id, item=item,
-                        data={"attempt": attempt, "key": key}, ts=ts)
+                        data={"attempt": attempt, "key": key, **extra}, ts=ts)
 
         self._apply(write, defer)
         return ts
@@ -123,7 +131,7 @@ class DispatchMixin(JournalBase):
                                hint="Wait for that run to finish.")
 
     def _claim_later(self, run_id: str, step_id: str, root_run_id: str,
-                     claim: tuple[int, int, str, str]) -> None:
+                     claim: tuple[int, int, str, str], extra: dict[str, Any]) -> None:
         """Defer one fan-out item's dispatch record into a batch claim (:class:`_Claims`).
 
         Claims of one step deferred one after another (the items that start together)
@@ -134,7 +142,9 @@ class DispatchMixin(JournalBase):
         if isinstance(last, _Claims) and last.target == (run_id, step_id, root_run_id):
             last.claims.append(claim)
         else:
-            self._deferred.append(_Claims(self, (run_id, step_id, root_run_id), [claim]))
+            last = _Claims(self, (run_id, step_id, root_run_id), [claim])
+            self._deferred.append(last)
+        last.extra[claim[0]] = extra
 
     @_reads
     def succeeded_key(self, key: str, ttl_s: float | None = None) -> Any:
@@ -184,6 +194,8 @@ class _Claims:
         self.target = target
         #: (item index, attempt, idempotency key, start time) per item.
         self.claims = claims
+        #: item index → what its ``step_started`` event adds (``arguments_digest``).
+        self.extra: dict[int, dict[str, Any]] = {}
 
     def __call__(self, c: Conn) -> None:
         journal = self.journal
@@ -217,5 +229,6 @@ class _Claims:
             tuple(v for idx, _, key, ts in claims
                   for v in (key, root_run_id, run_id, step_id, idx, "running", ts)))
         journal._events(c, run_id, [
-            ("step_started", step_id, idx, {"attempt": attempt, "key": key}, ts)
+            ("step_started", step_id, idx,
+             {"attempt": attempt, "key": key, **self.extra.get(idx, {})}, ts)
             for idx, attempt, key, ts in claims])

@@ -355,8 +355,10 @@ class TerminalApprover:
         from rich.table import Table
 
         console = _console(stderr=True, no_color=self.no_color)
-        table = Table(title="Steps that need your approval before anything runs",
-                      title_justify="left")
+        title = ("Step that needs your approval now, with its resolved arguments"
+                 if requests and all(r.resolved for r in requests)
+                 else "Steps that need your approval before anything runs")
+        table = Table(title=title, title_justify="left")
         for col in ("step", "tool", "intent", "arguments"):
             table.add_column(col, overflow="fold")
         for r in requests:
@@ -446,8 +448,12 @@ def print_plan(data: dict[str, Any]) -> None:
             bits.append(f"fan-out over {_short(s.get('for_each'))}")
         if s["when"]:
             bits.append(f"when {s['when']}")
+        if s.get("run_if", "success") != "success":
+            bits.append(f"run_if {s['run_if']}")
         if s["approval"]:
-            bits.append(f"needs approval ({s['approval']})")
+            bits.append(f"needs approval ({s['approval']}"
+                        + (", when reached, with its resolved arguments)"
+                           if s.get("approve_at_dispatch") else ")"))
         out("  " + "; ".join(bits))
         if s["intent"]:
             out(f"       {s['intent']}")

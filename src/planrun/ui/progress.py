@@ -168,8 +168,13 @@ class LiveProgress:
             self.progress.stop()
 
     def __call__(self, kind: str, sid: str, info: dict[str, Any]) -> None:
-        """Report one executor event."""
+        """Report one executor event (``pause``: stop drawing until the next one)."""
         p = self.progress
+        if kind == "pause":
+            if self.live:
+                self.live = False
+                p.stop()
+            return
         if not self.live:
             self.live = True
             p.start()

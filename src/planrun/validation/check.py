@@ -156,10 +156,37 @@ def _check_step(scope: Scope, params: ParamValues, marks: bool, i: int,
                 tool, arguments, None if stored is arguments else stored):
             out.add("arguments", f"step {sid!r}: {msg}", step=sid,
                     path=f"{base}/arguments{sub}", key=is_key)
-    return CheckedStep(index=i, id=sid, tool=tool, arguments=stored, for_each=stored_fe,
+    step = CheckedStep(index=i, id=sid, tool=tool, arguments=stored, for_each=stored_fe,
                        depends_on=scope.deps.get(sid, []), raw=raw,
                        approval_reason=_clearance(scope, sid, base, tool),
                        static=for_each is None and not has_templates(arguments))
+    if model.approve is not None:
+        _check_approve_resolved(scope, base, step)
+    return step
+
+
+def _check_approve_resolved(scope: Scope, base: str, step: CheckedStep) -> None:
+    """Issue ``approve_resolved`` where a step's ``approve: resolved`` cannot apply.
+
+    It has a meaning only for a step that needs a person, whose arguments hold a run-time
+    placeholder (else they are known, and shown, before the run) and that does not fan
+    out (each item would be a decision of its own). A tool's ``approve: resolved`` is
+    not checked this way: its steps that do not fit are cleared before the run.
+    """
+    sid = step.id
+    if step.for_each is not None:
+        why = "it fans out (for_each): a fan-out step is cleared before the run"
+    elif step.static:
+        why = ("its arguments hold no {steps.…} placeholder: they are known, and shown, "
+               "before the run; remove approve")
+    elif not step.approval_reason:
+        why = (f"it needs no approval (tool {step.tool.name!r} is reversible and no "
+               "policy asks for a person); remove approve, or list the tool in "
+               "policy.require_approval")
+    else:
+        return
+    scope.out.add("approve_resolved", f"step {sid!r}: approve: resolved has no meaning "
+                  f"here: {why}", step=sid, path=f"{base}/approve")
 
 
 def _tool_of(scope: Scope, sid: str, base: str, name: str) -> ToolSpec | None:

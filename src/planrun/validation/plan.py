@@ -69,6 +69,28 @@ class CheckedStep:
         return value if isinstance(value, str) else None
 
     @property
+    def run_if(self) -> str:
+        """``success`` (default) | ``failure`` | ``always``: which ancestors' outcome runs it."""
+        value = self.raw.get("run_if")
+        return value if isinstance(value, str) else "success"
+
+    @property
+    def approve_resolved(self) -> bool:
+        """The step (or its tool) has ``approve: resolved``: cleared at dispatch."""
+        return self.raw.get("approve") == "resolved" or self.tool.entry.approve == "resolved"
+
+    @property
+    def deferred_approval(self) -> bool:
+        """Cleared at dispatch with its resolved arguments, not before the run.
+
+        The step needs clearance, has ``approve: resolved`` (or its tool has), its
+        arguments hold a run-time placeholder, and it does not fan out (a fan-out step
+        with a tool's ``approve: resolved`` is cleared before the run as usual).
+        """
+        return (bool(self.approval_reason) and self.approve_resolved and not self.static
+                and self.for_each is None)
+
+    @property
     def timeout(self) -> float | None:
         """Seconds per call: the step's ``timeout``, else the tool's, else None."""
         value = self.raw.get("timeout")

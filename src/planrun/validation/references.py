@@ -123,7 +123,7 @@ def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
         return
     for name in names:  # SPEC §3: a condition reads params and steps, nothing else
         out.add("condition", f"step {sid!r}: when reads {name!r}, but a condition can only "
-                "read params.NAME and steps.ID.output", step=sid, path=where)
+                "read params.NAME, steps.ID.output and steps.ID.status", step=sid, path=where)
     for name in calls:
         out.add("condition", f"step {sid!r}: when calls {name}(), which is not a CEL "
                 "function", step=sid, path=where)
