@@ -152,12 +152,13 @@ def test_a_second_process_uses_the_file_the_first_wrote(cli: CliProject) -> None
             tool: record
             when: params.n > 1
     """)
-    first = cli.run("validate", "cond")
+    # fresh interpreters: a fork of the warm test server has its parser already
+    first = cli.run("validate", "cond", real=True)
     assert first.returncode == 0, first.stderr
     kept = list((Path.home() / ".cache" / "planrun").glob("cel-parser-*.lark"))
     assert len(kept) == 1
     written = kept[0].stat().st_mtime_ns
-    second = cli.run("validate", "cond")
+    second = cli.run("validate", "cond", real=True)
     assert second.returncode == 0, second.stderr
     assert kept[0].stat().st_mtime_ns == written  # read, not written again
     assert second.stdout == first.stdout
