@@ -34,7 +34,7 @@ from .common import GRACE_S, Heartbeat, Progress, StepState, crash_points, injec
 from .fanout import FanOut
 from .steps import Steps
 
-_DONE = ("succeeded", "skipped", "failed", "indeterminate")
+_DONE = ("succeeded", "partial", "skipped", "failed", "indeterminate")
 
 
 @dataclass
@@ -118,12 +118,14 @@ class Executor(Steps, FanOut, Attempts):
         if self.lost:
             raise self._lease_lost_error()
         if self.signal_exit is not None:
-            if any(st.status not in ("succeeded", "failed", "skipped")
+            if any(st.status not in ("succeeded", "partial", "failed", "skipped")
                    for st in self.state.values()):
                 return "interrupted"
             # Every call finished within the grace period and nothing is left to run: the
             # run ends as what it is, not "interrupted" (issue 10, bug 6).
             self.signal_exit = None
+        # partial steps (issue 17) are finished, not failures: a run whose steps all
+        # succeeded, were partial or were skipped is completed
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
         return "failed" if bad else "completed"
 
