@@ -97,3 +97,21 @@ def test_paths_are_checked_against_output_schema(path: str, problem: str | None)
     else:
         assert why is not None
         assert problem in why
+
+
+@pytest.mark.parametrize(("expr", "output", "facets"), [
+    ("steps.a.facets.n > 3", False, True),
+    ('steps["a"].facets["n"] > 3', False, True),
+    ("steps.a.output.size() > 0", True, False),
+    ("steps.b.facets.n > 0", False, False),
+    ("steps.a == null", True, True),  # the whole step
+    ("steps[params.s].output == 1", True, True),  # any step may be read
+    ('"a" in steps', True, True),
+])
+def test_what_a_condition_reads_of_a_step(expr: str, output: bool, facets: bool) -> None:
+    from planrun.conditions import facet_reads, reads_facets, reads_output
+
+    assert reads_output(expr, "a") is output
+    assert reads_facets(expr, "a") is facets
+    if expr.startswith("steps.a.facets") or expr.startswith('steps["a"].facets'):
+        assert facet_reads(expr) == {("a", "n")}

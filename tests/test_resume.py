@@ -529,3 +529,25 @@ def test_resume_keeps_a_partial_step_and_does_not_call_its_failed_items(
     assert steps["f"]["facets"] == {"ok": 2}
     assert steps["after"]["status"] == "skipped"  # its condition reads ok == 2 now
     assert proj.counts() == {"f#0": 1, "f#1": 2, "after": 1}
+
+
+def test_collect_keeps_failed_items_as_error_objects_on_each_journal(
+        proj: CliProject) -> None:
+    proj.plan("collect", """
+        planrun: 1
+        goal: Keep every item, failed ones as error objects
+        steps:
+          - id: f
+            tool: flaky
+            for_each: [fix-0, fix-1, fix-2]
+            on_item_error: collect
+            arguments: {file: "{item}"}
+    """)
+    proj.touch("fix-1")
+    r = proj.run("execute", "collect", "--json")
+    assert r.returncode == 0, r
+    assert [e["index"] for e in r.json["steps"][0]["item_errors"]] == [0, 2]
+    out = proj.run("output", r.json["run_id"], "f").json
+    assert [sorted(o) for o in out] == [["item_error"], ["args", "effect"], ["item_error"]]
+    assert out[2]["item_error"] == {"index": 2, "code": "tool_error",
+                                    "message": "RuntimeError: fix-2 is not there yet"}

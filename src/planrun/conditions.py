@@ -124,11 +124,13 @@ def _inner(node: Any) -> Any:
 
 @lru_cache(maxsize=4096)
 def _step_uses(expr: str) -> tuple[dict[str, frozenset[str | None]], frozenset[
-        tuple[str, str | None]]]:
+        tuple[str, str | None]], bool]:
     """What ``expr`` reads of each step, and which facets.
 
     Returns: step id → the fields read (``output``, ``facets``; None: the whole
-    ``steps.ID``), and the (step id, facet name or None) of each ``steps.ID.facets…``.
+    ``steps.ID``), the (step id, facet name or None) of each ``steps.ID.facets…``, and
+    whether ``steps`` is also read otherwise (``steps[x]``, ``"a" in steps``): then any
+    step may be read.
 
     Raises:
         ConditionError: the expression does not compile.
@@ -166,7 +168,10 @@ def _step_uses(expr: str) -> tuple[dict[str, frozenset[str | None]], frozenset[
             named.add(id(inner))
             facets.add((facet_nodes[id(inner)], _key_of(node)))
     facets.update((sid, None) for nid, sid in facet_nodes.items() if nid not in named)
-    return {k: frozenset(v) for k, v in fields.items()}, frozenset(facets)
+    roots = sum(1 for node in tree.iter_subtrees() if node.data == "ident"
+                and node.children and str(node.children[0]) == "steps")
+    return ({k: frozenset(v) for k, v in fields.items()}, frozenset(facets),
+            roots > len(step_nodes))
 
 
 def facet_reads(expr: str) -> frozenset[tuple[str, str | None]]:
@@ -189,7 +194,18 @@ def reads_output(expr: str, sid: str) -> bool:
     Raises:
         ConditionError: the expression does not compile.
     """
-    return bool(_step_uses(expr)[0].get(sid, frozenset()) - {"facets"})
+    fields, _facets, dynamic = _step_uses(expr)
+    return dynamic or bool(fields.get(sid, frozenset()) - {"facets"})
+
+
+def reads_facets(expr: str, sid: str) -> bool:
+    """Whether ``expr`` may read ``steps.ID.facets`` (or the whole ``steps.ID``).
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    fields, _facets, dynamic = _step_uses(expr)
+    return dynamic or bool(fields.get(sid, frozenset()) & {"facets", None})
 
 
 #: The names a condition may start from (SPEC §3): nothing else is data to it.

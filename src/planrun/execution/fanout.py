@@ -172,7 +172,6 @@ class FanOut(RunParts):
                      "were not run"}
             self._fan_settle(step, "failed", error)
         else:
-            self.journal.flush()
             self.journal.fanout_succeeded(self.run_id, step.id,
                                           facets=self._fan_facets(step))
             st = self.state[step.id]

@@ -79,7 +79,7 @@ class Steps(RunParts):
 
     def _when(self, step: CheckedStep) -> bool:
         """Evaluate the step's condition; False when the step was failed or skipped."""
-        from ..conditions import ConditionError, evaluate, reads_output
+        from ..conditions import ConditionError, evaluate, reads_facets, reads_output
 
         assert step.when is not None
         try:
@@ -91,7 +91,8 @@ class Steps(RunParts):
             outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
                        for sid in done if reads_output(step.when, sid)}
             facets = {sid: redact.reveal(self._facets(sid), self.plan.params)
-                      for sid in done if self.plan.by_id[sid].raw.get("facets")}
+                      for sid in done if self.plan.by_id[sid].raw.get("facets")
+                      and reads_facets(step.when, sid)}
             go = evaluate(step.when, self.plan.params, outputs, facets)
         except redact.SecretMissing as exc:
             self._fail_now(step, "reference", str(exc))
