@@ -362,3 +362,28 @@ def test_report_shows_a_partial_step(proj: Project) -> None:
     page = out.read_text(encoding="utf-8")
     assert 'class="badge s-partial">partial</span>' in page
     assert ".s-partial{" in page  # its own colour, and a legend entry
+
+
+def test_a_retry_inherits_the_facets_of_the_steps_it_keeps(proj: Project) -> None:
+    proj.write_plan("inherit", """
+        planrun: 1
+        goal: A step with facets, then one that fails until fixed
+        steps:
+          - id: scan
+            tool: scan
+            arguments: {count: 3}
+            facets: {counts: {files: "files[]"}}
+          - id: fragile
+            tool: check
+            depends_on: [scan]
+            when: steps.scan.facets.files == 3
+            arguments: {value: bad3}
+        """)
+    _, first = execute_json(proj, "inherit")
+    assert first["status"] == "failed"
+    (proj.root / "fixed-bad3").write_text("")
+    m = as_json(invoke(proj, "retry", first["run_id"], "--json"))
+    assert m["status"] == "completed"
+    assert steps(m)["scan"]["replayed"] is True
+    assert steps(m)["scan"]["facets"] == {"files": 3}
+    assert calls(proj).count("scan 3") == 1
