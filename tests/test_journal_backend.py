@@ -332,20 +332,20 @@ steps:
         for statement in statements:
             previous.execute(statement)
     conn = sqlite3.connect(cli.journal, isolation_level=None)
-    conn.execute("DROP INDEX runs_seq")
-    for column in ("seq", "lease_epoch", "lease_boot", "lease_start"):
-        conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    # version 5 (issue 17) added the steps' facets
+    conn.execute("ALTER TABLE steps DROP COLUMN facets_json")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
 
     def schema(c: sqlite3.Connection) -> list[Any]:
         return sorted(c.execute("SELECT type, name FROM sqlite_master "
                                 "WHERE name NOT LIKE 'sqlite_%'").fetchall())
 
-    def columns(c: sqlite3.Connection) -> list[Any]:
-        return [r[1] for r in c.execute("PRAGMA table_info(runs)")]
+    def columns(c: sqlite3.Connection, table: str) -> list[Any]:
+        return [r[1] for r in c.execute(f"PRAGMA table_info({table})")]
 
     assert schema(conn) == schema(previous)
-    assert columns(conn) == columns(previous)
+    for table in ("runs", "steps", "items"):
+        assert columns(conn, table) == columns(previous, table)
     conn.close()
     run_id = probe_run_id_without_migrating(cli.journal)
     r = cli.run("resume", run_id, "--json")

@@ -489,3 +489,66 @@ def test_an_expired_lease_is_taken_over_even_if_its_pid_now_lives(proj: CliProje
     finally:
         other.kill()
         other.wait()
+
+
+def test_resume_keeps_a_partial_step_and_does_not_call_its_failed_items(
+        proj: CliProject) -> None:
+    # issue 17: a partial fan-out is finished; resume replays it (and its facets) as it is
+    proj.plan("partial", """
+        planrun: 1
+        goal: A fan-out that ends partial, then a step the run dies at
+        steps:
+          - id: f
+            tool: flaky
+            for_each: [fix-0, fix-1]
+            on_item_error: skip
+            arguments: {file: "{item}"}
+            facets: {counts: {ok: "."}}
+          - id: after
+            tool: idem
+            depends_on: [f]
+            when: steps.f.facets.ok == 1
+            arguments: {label: after}
+    """)
+    proj.touch("fix-0")
+    run_id = crash(proj, "partial", "dispatch:after")
+    assert {s["id"]: s["status"] for s in status(proj, run_id)["steps"]} == {
+        "f": "partial", "after": "running"}
+    proj.touch("fix-1")  # resume does not call the failed item again, even now
+    explained = proj.run("resume", "--explain", run_id, "--json")
+    assert [s["action"] for s in explained.json["steps"]] == ["replay", "run"]
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 0, r  # a run with a partial step is completed
+    steps = {s["id"]: s for s in r.json["steps"]}
+    assert (steps["f"]["status"], steps["after"]["status"]) == ("partial", "succeeded")
+    assert proj.counts() == {"f#0": 1, "f#1": 1, "after": 1}
+    assert r.json["next"] == f"planrun retry {run_id}"
+    r = proj.run("retry", run_id, "--json")  # retry does call the failed item again
+    assert r.returncode == 0, r
+    steps = {s["id"]: s for s in r.json["steps"]}
+    assert steps["f"]["status"] == "succeeded"
+    assert steps["f"]["facets"] == {"ok": 2}
+    assert steps["after"]["status"] == "skipped"  # its condition reads ok == 2 now
+    assert proj.counts() == {"f#0": 1, "f#1": 2, "after": 1}
+
+
+def test_collect_keeps_failed_items_as_error_objects_on_each_journal(
+        proj: CliProject) -> None:
+    proj.plan("collect", """
+        planrun: 1
+        goal: Keep every item, failed ones as error objects
+        steps:
+          - id: f
+            tool: flaky
+            for_each: [fix-0, fix-1, fix-2]
+            on_item_error: collect
+            arguments: {file: "{item}"}
+    """)
+    proj.touch("fix-1")
+    r = proj.run("execute", "collect", "--json")
+    assert r.returncode == 0, r
+    assert [e["index"] for e in r.json["steps"][0]["item_errors"]] == [0, 2]
+    out = proj.run("output", r.json["run_id"], "f").json
+    assert [sorted(o) for o in out] == [["item_error"], ["args", "effect"], ["item_error"]]
+    assert out[2]["item_error"] == {"index": 2, "code": "tool_error",
+                                    "message": "RuntimeError: fix-2 is not there yet"}

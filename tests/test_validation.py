@@ -1009,6 +1009,7 @@ def test_api_validate_unknown_and_bad_names(basic_project: Project) -> None:
 FIELDS = ["planrun", "name", "revision", "goal", "params", "steps", "max_parallel", "timeout",
           "id", "tool", "arguments", "depends_on", "intent", "for_each", "max_items",
           "on_item_error", "retries", "when", "pool", "type", "default", "secret", "value",
+          "facets", "paths", "counts", "group_counts", "max_group_keys", "skip", "collect",
           "count", "ratio", "flag", "items", "max_attempts", "echo", "lister", "a", "b"]
 BRACES = st.lists(st.sampled_from(
     ["{", "}", "{{", "}}", "{params.", "{steps.", "{item", "{index}", ".output", ".", "a", "b",

@@ -1,10 +1,10 @@
 """``when`` conditions in CEL, via the ``cel-python`` package (SPEC §3).
 
 An expression sees ``params`` (the plan's parameter values), ``steps.ID.output`` and
-``steps.ID.status`` for the step's ancestors. It is compiled at validation
-(``condition`` issues) and evaluated just before the step would be dispatched: false
-skips the step and its dependents (reason ``condition``); an evaluation error or a
-non-boolean result fails the step.
+``steps.ID.status`` and ``steps.ID.facets`` (:mod:`planrun.facets`) for the step's
+ancestors. It is compiled at validation (``condition`` issues) and evaluated just before
+the step would be dispatched: false skips the step and its dependents (reason
+``condition``); an evaluation error or a non-boolean result fails the step.
 
 Nothing here is imported for a plan without ``when``. cel-python builds its LALR parser
 (lark) from its grammar in every process (~0.3 s on a 2-core machine). planrun has lark
@@ -203,6 +203,118 @@ def references(expr: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(found["params"]), frozenset(found["steps"])
 
 
+def _key_of(node: Any) -> str | None:
+    """The name ``node`` (a ``member_dot`` or ``member_index``) selects, if literal."""
+    from lark import Tree
+
+    if not isinstance(node, Tree) or node.data not in ("member_dot", "member_index") \
+            or len(node.children) < 2:
+        return None
+    key = node.children[1]
+    if node.data == "member_dot":
+        return None if isinstance(key, Tree) else str(key)
+    return _string_literal(key)
+
+
+def _inner(node: Any) -> Any:
+    """The ``member_dot``/``member_index`` a member chain continues from, or None."""
+    from lark import Tree
+
+    first = node.children[0] if isinstance(node, Tree) and node.children else None
+    if isinstance(first, Tree) and first.data == "member" and len(first.children) == 1:
+        inner = first.children[0]
+        if isinstance(inner, Tree) and inner.data in ("member_dot", "member_index"):
+            return inner
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _step_uses(expr: str) -> tuple[dict[str, frozenset[str | None]], frozenset[
+        tuple[str, str | None]], bool]:
+    """What ``expr`` reads of each step, and which facets.
+
+    Returns: step id → the fields read (``output``, ``facets``; None: the whole
+    ``steps.ID``), the (step id, facet name or None) of each ``steps.ID.facets…``, and
+    whether ``steps`` is also read otherwise (``steps[x]``, ``"a" in steps``): then any
+    step may be read.
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    from lark import Tree
+
+    tree = _tree(expr)
+    step_nodes: dict[int, str] = {}
+    for node in tree.iter_subtrees():
+        if isinstance(node, Tree) and node.data in ("member_dot", "member_index") \
+                and _root_ident(node.children[0]) == "steps":
+            sid = _key_of(node)
+            if sid is not None:
+                step_nodes[id(node)] = sid
+    fields: dict[str, set[str | None]] = {sid: set() for sid in step_nodes.values()}
+    covered: set[int] = set()
+    facet_nodes: dict[int, str] = {}
+    for node in tree.iter_subtrees():
+        inner = _inner(node)
+        if inner is None or id(inner) not in step_nodes:
+            continue
+        sid, name = step_nodes[id(inner)], _key_of(node)
+        covered.add(id(inner))
+        fields[sid].add(name)
+        if name == "facets":
+            facet_nodes[id(node)] = sid
+    for nid, sid in step_nodes.items():
+        if nid not in covered:
+            fields[sid].add(None)
+    facets: set[tuple[str, str | None]] = set()
+    named: set[int] = set()
+    for node in tree.iter_subtrees():
+        inner = _inner(node)
+        if inner is not None and id(inner) in facet_nodes:
+            named.add(id(inner))
+            facets.add((facet_nodes[id(inner)], _key_of(node)))
+    facets.update((sid, None) for nid, sid in facet_nodes.items() if nid not in named)
+    roots = sum(1 for node in tree.iter_subtrees() if node.data == "ident"
+                and node.children and str(node.children[0]) == "steps")
+    return ({k: frozenset(v) for k, v in fields.items()}, frozenset(facets),
+            roots > len(step_nodes))
+
+
+def facet_reads(expr: str) -> frozenset[tuple[str, str | None]]:
+    """(step id, facet name) of each ``steps.ID.facets.NAME`` in ``expr``.
+
+    The name is None where the facets are read whole (``steps.ID.facets``) or by an
+    expression (``steps.ID.facets[x]``).
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    return _step_uses(expr)[1]
+
+
+def reads_output(expr: str, sid: str) -> bool:
+    """Whether ``expr`` may read ``steps.ID.output`` (anything but its facets and status).
+
+    A condition that reads only ``steps.ID.facets`` or ``steps.ID.status`` needs no output
+    loaded, however large.
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    fields, _facets, dynamic = _step_uses(expr)
+    return dynamic or bool(fields.get(sid, frozenset()) - {"facets", "status"})
+
+
+def reads_facets(expr: str, sid: str) -> bool:
+    """Whether ``expr`` may read ``steps.ID.facets`` (or the whole ``steps.ID``).
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    fields, _facets, dynamic = _step_uses(expr)
+    return dynamic or bool(fields.get(sid, frozenset()) & {"facets", None})
+
+
 #: The names a condition may start from (SPEC §3): nothing else is data to it.
 ROOTS = frozenset({"params", "steps"})
 #: CEL macros that bind a variable (``list.all(x, x > 0)``).
@@ -290,12 +402,13 @@ def compile_condition(expr: str) -> Any:
 
 
 def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any],
-             statuses: dict[str, str] | None = None) -> bool:
-    """Evaluate ``expr`` with ``params``, ``steps.ID.output`` and ``steps.ID.status``.
+             statuses: dict[str, str] | None = None,
+             facets: dict[str, Any] | None = None) -> bool:
+    """Evaluate ``expr`` with ``params``, ``steps.ID.output``, ``.status`` and ``.facets``.
 
     ``steps.ID.output`` is ``outputs[ID]``; ``steps.ID.status`` is ``statuses[ID]`` (a
-    step status word of SPEC §5, e.g. ``"failed"``); a step that did not succeed has no
-    ``output``.
+    step status word of SPEC §5, e.g. ``"failed"``); ``steps.ID.facets`` is
+    ``facets[ID]``. A step that did not succeed (or end ``partial``) has no ``output``.
 
     Raises:
         ConditionError: evaluation failed or the result is not a boolean.
@@ -307,6 +420,8 @@ def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any],
                                         for sid, st in (statuses or {}).items()}
     for sid, out in outputs.items():
         steps.setdefault(sid, {})["output"] = out
+    for sid, values in (facets or {}).items():
+        steps.setdefault(sid, {})["facets"] = values
     activation = {"params": json_to_cel(params), "steps": json_to_cel(steps)}
     try:
         result = program.evaluate(activation)

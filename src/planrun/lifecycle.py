@@ -219,6 +219,14 @@ def analyse(rows: list[StepRecord], plan: CheckedPlan | None,
             state[sid] = StepState("succeeded", r.output)
             replay.append(sid)
             action, why = "replay", f"succeeded at {r.finished_at}"
+        elif st == "partial":
+            # finished (issue 17): its output is replayed, its failed items are not run
+            # again by resume (planrun retry runs them)
+            state[sid] = StepState("partial", r.output)
+            replay.append(sid)
+            action, why = "replay", (f"partial at {r.finished_at}: its items that "
+                                     "succeeded are replayed, failed items are not run "
+                                     "again (planrun retry runs them)")
         elif st in ("running", "indeterminate"):
             was = ("running when the run stopped" if st == "running"
                    else "its effect is unknown")

@@ -13,6 +13,8 @@ from .journal import Journal, RunRecord, count_summary
 
 #: Run statuses from which ``planrun resume`` continues.
 RESUMABLE = ("interrupted", "running")
+#: Failed items of a fan-out step a manifest lists (``item_errors``, issue 17).
+ITEM_ERRORS_SHOWN = 10
 
 
 def _duration(start: str | None, end: str | None,
@@ -40,6 +42,12 @@ def _driven(run: RunRecord) -> bool:
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
     """The manifest object of one run (keys of SPEC §5).
 
+    Also ``output_bytes``: the sum of its steps' (each the length in bytes of the step's
+    stored output, its compact JSON text in UTF-8). A step's ``facets`` (issue 17) are
+    there once computed (``facets_cut``: the ``paths`` facets that kept only their first
+    ``max_group_keys`` values), and a fan-out's ``item_errors`` list its first
+    :data:`ITEM_ERRORS_SHOWN` failed items (``{"index", "code", "message"}``).
+
     A run ``awaiting_approval`` also has ``approval``: the steps it waits for and the
     commands that decide (``approve``, ``deny``) and continue it (``resume``).
     """
@@ -50,9 +58,12 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     gaps = [(datetime.fromisoformat(a), datetime.fromisoformat(b))
             for a, b in journal.idle_gaps(run_id)]
     items = journal.item_counts(run_id)
+    item_errors = journal.item_errors(run_id, limit=ITEM_ERRORS_SHOWN) if items else {}
     by_status: dict[str, int] = {}
     steps = []
+    total_bytes = 0
     for r in rows:
+        total_bytes += r.output_bytes
         by_status[r.status] = by_status.get(r.status, 0) + 1
         error = r.error
         step: dict[str, Any] = {
@@ -71,6 +82,13 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         }
         if r.step_id in items:
             step["items"] = items[r.step_id]
+        if r.step_id in item_errors:
+            # the first failed items, with their index (issue 17)
+            step["item_errors"] = item_errors[r.step_id]
+        if r.facets is not None:
+            step["facets"] = r.facets.get("values", {})
+            if r.facets.get("cut"):
+                step["facets_cut"] = r.facets["cut"]
         steps.append(step)
     status = run.status
     resumable = status in RESUMABLE
@@ -92,6 +110,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
         nxt = (f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed" if unknown
                else f"planrun retry {run_id}")
+    elif status == "completed" and by_status.get("partial"):
+        nxt = f"planrun retry {run_id}"  # runs the partial steps' failed items again
     out = {
         "run_id": run_id,
         "root_run_id": run.root_run_id,
@@ -106,6 +126,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         "duration_s": _duration(run.created_at, run.finished_at, gaps),
         "wall_s": _duration(run.created_at, run.finished_at),
         "counts": count_summary(by_status),
+        "output_bytes": total_bytes,
         "steps": steps,
         "resumable": resumable,
         "next": nxt,

@@ -46,6 +46,22 @@ class Retries(BaseModel):
     on_exit_codes: list[int] | None = None
 
 
+FacetName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class Facets(BaseModel):
+    """``facets`` of a step: small summaries of its output (issue 17, :mod:`planrun.facets`).
+
+    Each kind maps a facet name to a path into the output (``files[].ext``).
+    """
+
+    model_config = _STRICT
+    paths: dict[FacetName, str] = Field(default_factory=dict)
+    counts: dict[FacetName, str] = Field(default_factory=dict)
+    group_counts: dict[FacetName, str] = Field(default_factory=dict)
+    max_group_keys: Annotated[int, Field(ge=1, le=1000)] = 25
+
+
 class Step(BaseModel):
     """One step of a plan (SPEC §3)."""
 
@@ -58,7 +74,7 @@ class Step(BaseModel):
     for_each: str | list[Any] | None = None
     max_parallel: PositiveInt | None = None
     max_items: PositiveInt | None = None
-    on_item_error: Literal["fail", "continue"] | None = None
+    on_item_error: Literal["fail", "continue", "skip", "collect"] | None = None
     timeout: Seconds | None = None
     retries: Retries | None = None
     when: str | None = None
@@ -70,6 +86,7 @@ class Step(BaseModel):
     approve: Literal["resolved"] | None = None
     pool: str | None = None
     max_recoveries: Annotated[int, Field(ge=0)] | None = None
+    facets: Facets | None = None
 
 
 class PlanHead(BaseModel):

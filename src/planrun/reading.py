@@ -106,7 +106,8 @@ def output(settings: Settings, run_ref: str, step: str, item: int | None = None)
     """The output of one step (or fan-out item) of a run.
 
     Raises:
-        RunError: ``unknown_run``; ``no_output`` when the step did not succeed (exit 5).
+        RunError: ``unknown_run``; ``no_output`` when the step did not succeed (or end
+            ``partial``, issue 17) (exit 5).
         UsageError: ``unknown_step``, the run has no such step or item (exit 2).
     """
     with _reader(settings) as journal:
@@ -118,7 +119,7 @@ def output(settings: Settings, run_ref: str, step: str, item: int | None = None)
                              + (f" item {item}" if item is not None else "")
                              + f" (steps: {', '.join(steps)})", code="unknown_step")
         state, value = found
-        if state != "succeeded":
+        if state not in ("succeeded", "partial"):
             raise RunError(f"step {step!r} of run {run_id} is {state}; it has no output",
                            code="no_output")
         return value

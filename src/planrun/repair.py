@@ -13,7 +13,7 @@ for the next round. The accepted revision is written as the next revision of the
 **What "changes" means.** A succeeded step is unchanged when the revision has a step with
 the same ``id`` whose *effect fields* (:data:`EFFECT_FIELDS`: ``tool``, ``arguments`` as
 written, ``depends_on`` as a set, ``for_each``, ``when``, ``on_item_error``,
-``max_items``) are equal, a field left out counting as its default. Fields that only say
+``max_items``, ``facets``) are equal, a field left out counting as its default. Fields that only say
 how a step was run (``intent``, ``timeout``, ``retries``, ``max_parallel``, ``pool``) may
 change. Removing a succeeded step is a change. Steps that did not succeed (failed,
 skipped, never run) may change freely, whatever depends on them. Parameters keep the
@@ -31,11 +31,13 @@ from .planners import PlannerParams
 from .pointers import pointer
 
 #: Step fields that decide what a step did (its call, its inputs, its items, whether it ran).
+#: ``facets`` too (issue 17): an inherited step keeps the facets computed in the failed run.
 EFFECT_FIELDS = ("tool", "arguments", "depends_on", "for_each", "when", "on_item_error",
-                 "max_items")
+                 "max_items", "facets")
 #: The value of an effect field left out of a step (SPEC §3).
 _DEFAULTS: dict[str, Any] = {"arguments": {}, "depends_on": [], "for_each": None,
-                             "when": None, "on_item_error": "fail", "max_items": 10000}
+                             "when": None, "on_item_error": "fail", "max_items": 10000,
+                             "facets": None}
 #: The issue code of a revision that changes a step the failed run completed.
 CODE = "repair_changes_succeeded"
 
@@ -125,10 +127,11 @@ def run_context(journal: Any, run_id: str) -> dict[str, Any]:
     ``{"run_id", "root_run_id", "status", "plan" (the plan as journaled, secret defaults
     left out), "revision", "params" (the run's values, secrets as references),
     "manifest" (as ``planrun status RUN --json``), "failed": [{"step", "tool", "error":
-    {"code", "message"}}], "succeeded": [step ids], "not_run": [step ids neither
-    succeeded nor failed]}``. A secret's value is never in it: stored data holds the
-    reference form (SPEC §7). Outputs of succeeded steps are not included (a planner reads
-    them with ``planrun output`` if it needs to).
+    {"code", "message"}}] (``partial`` fan-outs too, issue 17: error ``items_failed``),
+    "succeeded": [step ids], "not_run": [step ids neither succeeded nor failed]}``. A
+    secret's value is never in it: stored data holds the reference form (SPEC §7).
+    Outputs of succeeded steps are not included (a planner reads them with ``planrun
+    output`` if it needs to).
 
     Raises:
         RunError: ``unknown_run`` (exit 5).
@@ -141,7 +144,7 @@ def run_context(journal: Any, run_id: str) -> dict[str, Any]:
     for step in shown["steps"]:
         if step["status"] == "succeeded":
             succeeded.append(step["id"])
-        elif step["status"] in ("failed", "indeterminate"):
+        elif step["status"] in ("failed", "indeterminate", "partial"):
             error = step.get("error") or {}
             failed.append({"step": step["id"], "tool": step["tool"],
                            "error": {"code": error.get("code"),

@@ -1,8 +1,10 @@
 """``planrun retry``: a child run of a failed (or, with ``--from``, completed) run (SPEC §7).
 
 The child inherits the parent's succeeded steps (their outputs are replayed) and runs
-the rest; ``--from STEP`` runs that step and every step after it again under fresh
-idempotency keys. The parent's lease is held for the whole child run.
+the rest; a ``partial`` fan-out step (issue 17) runs again, its succeeded items replayed by
+their idempotency keys and its failed items called again (a completed run with partial
+steps can be retried for that); ``--from STEP`` runs that step and every step after it
+again under fresh idempotency keys. The parent's lease is held for the whole child run.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
     with Journal(settings.journal, write=True) as journal:
         parent_id = journal.resolve_run_id(run_ref)
         row = journal.run(parent_id)
-        allowed = ("failed", "completed") if from_step else ("failed",)
+        # a completed run with partial steps (issue 17) is retried too: its failed items
+        allowed = ("failed", "completed") if from_step or (
+            row.status == "completed" and any(
+                r.status == "partial" for r in journal.steps(parent_id))) else ("failed",)
         if row.status not in allowed:
             hint = (f"Use planrun resume {parent_id}." if row.status in RESUMABLE
                     else f"It waits for a person: planrun approve {parent_id}, then "
@@ -52,8 +57,8 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
                     "start a new run with planrun execute." if row.status == "completed"
                     else "Start a new run with planrun execute.")
             raise RunError(f"run {parent_id} is {row.status}; only a failed run is "
-                           "retried" + (" (or a completed one, with --from)"
-                                        if not from_step else ""),
+                           "retried" + (" (or a completed one with partial steps, or "
+                                        "with --from)" if not from_step else ""),
                            code="run_not_resumable", hint=hint)
         # The parent's lease is held for the whole child run: two retries of one run at
         # once would both re-run its failed steps.
@@ -120,8 +125,13 @@ def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: Chec
     again = again or set()
     if again:
         journal.release_keys(row.root_run_id, sorted(again))
+    # A partial step runs again (issue 17): its items that succeeded are replayed by their
+    # keys, its failed items are called again; the steps after it run again on its new
+    # output (their keys kept: a call that comes out the same is replayed).
+    partial = {r.step_id for r in parent_rows if r.status == "partial"}
+    rerun = _and_after(plan, partial & set(plan.by_id)) if partial else set()
     inherited = [r.step_id for r in parent_rows if r.status == "succeeded"
-                 and r.step_id in plan.by_id and r.step_id not in again]
+                 and r.step_id in plan.by_id and r.step_id not in again | rerun]
     child = new_run_id()
     options = row.options
     parallel = max_parallel or options.get("max_parallel") or settings.max_parallel
@@ -185,7 +195,12 @@ def _from_and_after(plan: CheckedPlan, step: str) -> set[str]:
         raise UsageError(f"--from {step!r}: the plan has no such step."
                          + did_you_mean(step, plan.by_id), code="unknown_step",
                          hint=f"Steps: {', '.join(plan.by_id)}.")
-    out = {step}
+    return _and_after(plan, {step})
+
+
+def _and_after(plan: CheckedPlan, steps: set[str]) -> set[str]:
+    """``steps`` and every step that depends on one of them, directly or not."""
+    out = set(steps)
     changed = True
     while changed:
         changed = False

@@ -48,13 +48,26 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
             if succeeded:
                 _check_resolved_output(settings, journal.run(run_id), step, item,
                                        value, output is not None)
+            facets = _facets_of(journal.run(run_id), step, value) \
+                if succeeded and item is None else None
             journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
-                                 reason=reason, decided_by=user_name(), item=item)
+                                 reason=reason, decided_by=user_name(), item=item,
+                                 facets=facets)
         finally:
             journal.release_lease(run_id, owner)
         from . import manifest
 
         return manifest.build(journal, run_id)
+
+
+def _facets_of(row: RunRecord, step: str, output: Any) -> dict[str, Any] | None:
+    """The facets the journaled plan declares for ``step``, computed from ``output``."""
+    from .facets import of_output
+
+    for s in (row.plan.get("steps") or []) if isinstance(row.plan, dict) else []:
+        if isinstance(s, dict) and s.get("id") == step:
+            return of_output(s.get("facets"), output)
+    return None
 
 
 def _readers(document: Any, step: str) -> list[str]:

@@ -75,12 +75,15 @@ steps:
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?\+00:00$")
 
-# SPEC §5's keys, plus wall_s (issue 10: duration_s is working time, wall_s clock time).
+# SPEC §5's keys, plus wall_s (issue 10: duration_s is working time, wall_s clock time)
+# and output_bytes (issue 17: the run's total of its steps' output_bytes).
 MANIFEST_KEYS = {"run_id", "root_run_id", "parent_run_id", "plan", "goal", "status", "params",
                  "started_at", "finished_at", "duration_s", "counts", "steps", "resumable",
-                 "next", "wall_s"}
+                 "next", "wall_s", "output_bytes"}
 PLAN_KEYS = {"name", "revision", "digest", "file"}
-COUNT_KEYS = {"total", "pending", "running", "succeeded", "failed", "skipped", "indeterminate"}
+# SPEC §5's, plus partial (issue 17: a fan-out with on_item_error skip|collect).
+COUNT_KEYS = {"total", "pending", "running", "succeeded", "partial", "failed", "skipped",
+              "indeterminate"}
 STEP_KEYS = {"id", "tool", "status", "attempts", "started_at", "finished_at", "duration_s",
              "output_bytes", "replayed", "approved_by", "error"}
 # SPEC §8's keys, plus the run's project folder (issue 10: one journal, many projects).

@@ -38,7 +38,8 @@ def test_execute_json_manifest_has_exactly_the_keys_of_the_spec(proj: Project) -
     assert m["parent_run_id"] is None
     assert set(m["counts"]) == COUNT_KEYS
     assert m["counts"] == {"total": 3, "pending": 0, "running": 0, "succeeded": 3,
-                           "failed": 0, "skipped": 0, "indeterminate": 0}
+                           "partial": 0, "failed": 0, "skipped": 0, "indeterminate": 0}
+    assert m["output_bytes"] == sum(s["output_bytes"] for s in m["steps"])
     assert [s["id"] for s in m["steps"]] == ["greet", "count", "each"]
     for step in m["steps"]:
         extra = {"items"} if step["id"] == "each" else set()

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
+from ..facets import of_output
 from ..tools import CallTimeout, StepContext, ToolFailure
 from ..validation import CheckedStep
 from .base import RunParts
@@ -153,9 +154,10 @@ class Attempts(RunParts):
         output = self._secrets.conceal(output)  # a secret it echoes is stored as a reference
         # A command that succeeded but wrote on stderr: its tail is kept with the
         # step_succeeded event (planrun log) and shown with -v (issue 10, bug 7).
+        facets = None if item is not None else of_output(step.raw.get("facets"), output)
         self.journal.step_finished(self.run_id, step.id, status="succeeded",
                                    key=call.context.idempotency_key, output=output, item=item,
-                                   defer=True,
+                                   defer=True, facets=facets,
                                    event_data={"stderr_tail": stderr[-1]} if stderr else None)
         if stderr:
             self._emit("stderr", call.where, text=stderr[-1])

@@ -26,6 +26,9 @@ from .common import (
     listing,
 )
 
+#: ``on_item_error`` modes under which failed items leave the step ``partial`` (issue 17).
+PARTIAL_MODES = ("skip", "collect")
+
 
 @dataclass
 class _Items:
@@ -141,21 +144,28 @@ class FanOut(RunParts):
             items.halted = True
 
     def _fan_finish(self, step: CheckedStep, items: _Items) -> None:
-        """Journal and settle the step from its items' outcomes."""
+        """Journal and settle the step from its items' outcomes.
+
+        ``on_item_error`` decides what failed items do once every item ran: ``fail`` and
+        ``continue`` fail the step; ``skip`` and ``collect`` make it ``partial`` (its
+        output without the failed items, or with an error object in their place), unless
+        no item succeeded at all, which fails it as ``continue`` would. An item whose
+        effect is unknown makes the step ``indeterminate`` whatever the mode.
+        """
         error: dict[str, Any]
+        mode = step.raw.get("on_item_error") or "fail"
         if items.unknown:
             error = {"code": "indeterminate", "message": f"item(s) {listing(items.unknown)} "
                      "have an unknown effect"}
             self._fan_settle(step, "indeterminate", error)
-        elif items.failed:
+        elif items.failed and not (mode in PARTIAL_MODES and items.left):
             failed = sorted(items.failed)
-            first = failed[0][1].get("message", "")
-            error = {"code": "items_failed",
-                     "message": f"item(s) {listing([i for i, _ in failed])} failed; item "
-                     f"{failed[0][0]}: {first}",
-                     "items": [{"index": i, "code": e.get("code"), "message": e.get("message")}
-                               for i, e in failed[:100]]}
-            self._fan_settle(step, "failed", error)
+            every = len(failed) == len(items.source)
+            error = self._items_error(step, failed, every and mode in PARTIAL_MODES)
+            if mode in PARTIAL_MODES and not every:
+                self._fan_partial(step, mode, error, len(items.source))
+            else:
+                self._fan_settle(step, "failed", error)
         elif items.left and self.signal_exit is not None:
             pass  # interrupted: the step stays running with items pending; resume finishes it
         elif items.left:
@@ -163,10 +173,68 @@ class FanOut(RunParts):
                      "were not run"}
             self._fan_settle(step, "failed", error)
         else:
-            self.journal.fanout_succeeded(self.run_id, step.id)
+            self.journal.fanout_succeeded(self.run_id, step.id,
+                                          facets=self._fan_facets(step))
             st = self.state[step.id]
             st.status, st.output = "succeeded", IN_JOURNAL
             self._emit("succeeded", step.id)
+
+    def _items_error(self, step: CheckedStep, failed: list[tuple[int, dict[str, Any]]],
+                     every: bool) -> dict[str, Any]:
+        """``items_failed``: which items failed, the first one's message, the first 100.
+
+        The errors are the journal's (an item that failed in an earlier process of this run
+        has its own error there).
+        """
+        self.journal.flush()
+        journaled = {e["index"]: e for e in self.journal.item_errors(
+            self.run_id, step.id, limit=100).get(step.id, [])}
+        shown = [journaled.get(i) or {"index": i, "code": e.get("code"),
+                                      "message": e.get("message")} for i, e in failed[:100]]
+        first = shown[0]
+        note = " (every item failed, so the step fails whatever on_item_error says)" \
+            if every else ""
+        return {"code": "items_failed",
+                "message": f"item(s) {listing([i for i, _ in failed])} failed{note}; item "
+                f"{first['index']}: {first.get('message') or ''}",
+                "items": shown}
+
+    def _fan_partial(self, step: CheckedStep, mode: str, error: dict[str, Any],
+                     count: int) -> None:
+        """Some items failed, ``on_item_error`` is ``skip`` or ``collect``: ``partial``.
+
+        ``collect``: each failed item's place in the output holds ``{"item_error":
+        {"index", "code", "message"}}``.
+        """
+        collected = None
+        if mode == "collect":
+            collected = [(i, {"item_error": {"index": i, "code": e.get("code"),
+                                             "message": e.get("message")}})
+                         for i, e in self._failed_items(step, count)]
+        self.journal.fanout_finished(
+            self.run_id, step.id, status="partial",
+            keep="succeeded" if mode == "skip" else "all", error=error,
+            collected=collected, facets=self._fan_facets(step))
+        st = self.state[step.id]
+        st.status, st.output = "partial", IN_JOURNAL
+        self._emit("partial", step.id, error={"code": error["code"],
+                                              "message": error["message"]})
+
+    def _failed_items(self, step: CheckedStep, count: int
+                      ) -> list[tuple[int, dict[str, Any]]]:
+        """(index, journaled error) of every failed item of the step (of ``count``)."""
+        found = self.journal.item_errors(self.run_id, step.id, limit=count)
+        return [(e["index"], e) for e in found.get(step.id, [])]
+
+    def _fan_facets(self, step: CheckedStep) -> dict[str, Any] | None:
+        """The step's facets over its items that succeeded (None: it declares none)."""
+        from ..facets import compute, spec_of
+
+        spec = spec_of(step.raw.get("facets"))
+        if spec is None or not spec.facets:
+            return None
+        self.journal.flush()
+        return compute(spec, self.journal.item_outputs(self.run_id, step.id), fanout=True)
 
     def _fan_settle(self, step: CheckedStep, status: str, error: dict[str, Any]) -> None:
         self.journal.step_finished(self.run_id, step.id, status=status, key=None, error=error)

@@ -35,7 +35,7 @@ from .fanout import FanOut
 from .gate import Gate
 from .steps import Steps
 
-_DONE = ("succeeded", "skipped", "failed", "indeterminate")
+_DONE = ("succeeded", "partial", "skipped", "failed", "indeterminate")
 
 
 @dataclass
@@ -133,7 +133,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
         if self.lost:
             raise self._lease_lost_error()
         if self.signal_exit is not None:
-            if any(st.status not in ("succeeded", "failed", "skipped")
+            if any(st.status not in ("succeeded", "partial", "failed", "skipped")
                    for st in self.state.values()):
                 return "interrupted"
             # Every call finished within the grace period and nothing is left to run: the
@@ -143,6 +143,8 @@ class Executor(Steps, FanOut, Attempts, Gate):
             return "denied"
         if self.awaiting:
             return "awaiting_approval"
+        # partial steps (issue 17) are finished, not failures: a run whose steps all
+        # succeeded, were partial or were skipped is completed
         bad = any(st.status in ("failed", "indeterminate") for st in self.state.values())
         return "failed" if bad else "completed"
 

@@ -14,6 +14,7 @@ from typing import Any
 from .. import redact
 from ..errors import PlanrunError
 from ..graph import ancestors
+from ..journal import FINISHED
 from ..journal.store import LeaseLost
 from ..params import IndexRef, ItemRef, Ref, ResolveError, StepRef, resolve
 from ..validation import CheckedStep
@@ -80,16 +81,23 @@ class Steps(RunParts):
 
     def _when(self, step: CheckedStep) -> bool:
         """Evaluate the step's condition; False when the step was failed or skipped."""
-        from ..conditions import ConditionError, evaluate
+        from ..conditions import ConditionError, evaluate, reads_facets, reads_output
 
         assert step.when is not None
         try:
             above = ancestors(step.id, self.plan.deps)
+            done = [sid for sid, st in self.state.items()
+                    if st.status in FINISHED and sid in above]
+            # only the outputs it may read are loaded: a condition on a step's facets
+            # never reads its output, however large (issue 17)
             outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
-                       for sid, st in self.state.items()
-                       if st.status == "succeeded" and sid in above}
+                       for sid in done if reads_output(step.when, sid)}
+            facets = {sid: redact.reveal(self._facets(sid), self.plan.params)
+                      for sid in done if self.plan.by_id[sid].raw.get("facets")
+                      and reads_facets(step.when, sid)}
             go = evaluate(step.when, self.plan.params, outputs,
-                          {sid: self.state[sid].status for sid in above})
+                          statuses={sid: self.state[sid].status for sid in above},
+                          facets=facets)
         except redact.SecretMissing as exc:
             self._fail_now(step, "reference", str(exc))
             return False
@@ -142,8 +150,11 @@ class Steps(RunParts):
         done, output = (False, None) if self.fresh and not plan_scoped else \
             self.journal.succeeded_key(key, step.tool.dedupe_ttl_s)
         if done:
-            self.journal.step_replayed(self.run_id, step.id, output, key, "idempotency key",
-                                       item=item)
+            from ..facets import of_output
+
+            self.journal.step_replayed(
+                self.run_id, step.id, output, key, "idempotency key", item=item,
+                facets=None if item is not None else of_output(step.raw.get("facets"), output))
             return Outcome("succeeded", output=output, replayed=True)
         return arguments, key, stored
 
@@ -164,6 +175,20 @@ class Steps(RunParts):
                 return index
             raise ResolveError(f"unexpected placeholder {ref.source()}")
         return lookup
+
+    def _facets(self, sid: str) -> Any:
+        """The stored facets of a finished step (``{NAME: value}``), computed when missing.
+
+        A step settled by ``planrun resolve --succeeded`` has none stored: they are
+        computed from its output then.
+        """
+        stored = self.journal.step_facets(self.run_id, sid)
+        if stored is not None:
+            return stored.get("values", {})
+        from ..facets import of_output
+
+        computed = of_output(self.plan.by_id[sid].raw.get("facets"), self._output(sid))
+        return {} if computed is None else computed["values"]
 
     def _output(self, sid: str) -> Any:
         st = self.state[sid]
@@ -193,7 +218,7 @@ class Steps(RunParts):
         reason: tuple[str, str] | None = None
         for dep in step.depends_on:
             st = self.state[dep]
-            if st.status == "succeeded":
+            if st.status in FINISHED:  # partial too: its items that succeeded go on
                 continue
             if st.status == "skipped" and st.reason == "condition":
                 reason = reason or ("condition", f"dependency {dep!r} was skipped by its "

@@ -16,8 +16,18 @@ from .records import (
     StepRecord,
 )
 from .schema import SCHEMA_VERSION
-from .store import EVENT_KINDS, RUN_STATUSES, STEP_STATUSES, Journal, count_summary, dumps, now
+from .store import (
+    EVENT_KINDS,
+    FINISHED,
+    RUN_STATUSES,
+    STEP_STATUSES,
+    Journal,
+    count_summary,
+    dumps,
+    now,
+)
 
-__all__ = ["EVENT_KINDS", "RUN_STATUSES", "SCHEMA_VERSION", "STEP_STATUSES", "ApprovalRecord",
+__all__ = ["EVENT_KINDS", "FINISHED", "RUN_STATUSES", "SCHEMA_VERSION", "STEP_STATUSES",
+           "ApprovalRecord",
            "EventRecord", "ItemRecord", "Journal", "Lease", "NewRun", "RunRecord",
            "StepRecord", "count_summary", "dumps", "now"]

@@ -33,7 +33,11 @@ EVENT_KINDS: tuple[str, ...] = (
     "step_retried", "step_skipped", "step_replayed", "run_interrupted", "run_resumed",
     "run_finished", "indeterminate_resolved",
 )
-STEP_STATUSES = ("pending", "running", "succeeded", "failed", "skipped", "indeterminate")
+STEP_STATUSES = ("pending", "running", "succeeded", "partial", "failed", "skipped",
+                 "indeterminate")
+#: Statuses of a step that finished with an output later steps use: ``partial`` is a
+#: fan-out with ``on_item_error: skip|collect`` some of whose items failed (issue 17).
+FINISHED = ("succeeded", "partial")
 #: Run statuses (SPEC §7; ``planning``, ``planned`` and ``awaiting_approval`` from SPEC §10).
 RUN_STATUSES: tuple[str, ...] = (
     "running", "completed", "failed", "interrupted", "denied", "refused",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import RunError
@@ -248,6 +249,57 @@ class ReadsMixin(JournalBase):
         if row is None:
             return None
         return row[0], _loads(row[1])
+
+    @_reads
+    def step_facets(self, run_id: str, step_id: str) -> dict[str, Any] | None:
+        """The stored facets of a step (``{"values", "cut"}``), or None (none stored)."""
+        row = self._c().execute("SELECT facets_json FROM steps WHERE run_id = ? AND "
+                                "step_id = ?", (run_id, step_id)).fetchone()
+        found = None if row is None else _loads(row[0])
+        return found if isinstance(found, dict) else None
+
+    def item_outputs(self, run_id: str, step_id: str, page: int = 500) -> Iterator[Any]:
+        """The outputs of a fan-out step's items that succeeded, in index order.
+
+        Read ``page`` items at a time (keyset pagination), so that memory does not grow
+        with the number of items, on either backend.
+        """
+        after = -1
+        while True:
+            try:
+                rows = self._c().execute(
+                    "SELECT item_index, output_json FROM items WHERE run_id = ? AND "
+                    "step_id = ? AND status = 'succeeded' AND item_index > ? "
+                    "ORDER BY item_index LIMIT ?", (run_id, step_id, after, page)).fetchall()
+            except self.backend.DatabaseError as exc:
+                raise self.backend.fail(exc, "read") from None
+            for index, out in rows:
+                yield _loads(out)
+                after = int(index)
+            if len(rows) < page:
+                return
+
+    @_reads
+    def item_errors(self, run_id: str, step_id: str | None = None,
+                    limit: int = 10) -> dict[str, list[dict[str, Any]]]:
+        """Per fan-out step (or only ``step_id``): its first ``limit`` failed items.
+
+        Each ``{"index", "code", "message"}``, in index order; steps with no failed item
+        are left out.
+        """
+        sql = ("SELECT step_id, item_index, error_json FROM (SELECT step_id, item_index, "
+               "error_json, ROW_NUMBER() OVER (PARTITION BY step_id ORDER BY item_index) "
+               "AS n FROM items WHERE run_id = ? AND status = 'failed'"
+               + (" AND step_id = ?" if step_id is not None else "")
+               + ") AS failed WHERE n <= ? ORDER BY step_id, item_index")
+        args: tuple[Any, ...] = (run_id, *(() if step_id is None else (step_id,)), limit)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for sid, index, err in self._c().execute(sql, args).fetchall():
+            error = _loads(err) or {}
+            out.setdefault(str(sid), []).append(
+                {"index": int(index), "code": error.get("code"),
+                 "message": error.get("message")})
+        return out
 
     @_reads
     def approvals(self, run_id: str) -> list[dict[str, Any]]:

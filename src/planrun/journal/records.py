@@ -268,7 +268,9 @@ class StepRecord:
         idempotency_key: the key of its last dispatch, or None.
         error: ``{"code", "message", …}`` of a failed/indeterminate/skipped step, or None.
         skip_reason, started_at, finished_at, replayed, approved_by: as journaled.
-        output_bytes: size of the stored output (0 without one).
+        output_bytes: size of the stored output (0 without one): the length in bytes of
+            its JSON text as stored (UTF-8, compact).
+        facets: the stored facets (``{"values": {NAME: value}, "cut": [NAME]}``), or None.
         output: the stored output (parsed on first use; None without one).
     """
 
@@ -287,6 +289,7 @@ class StepRecord:
     replayed: bool
     approved_by: str | None
     output_bytes: int
+    facets: dict[str, Any] | None = None
     _output_text: str | None = field(repr=False, compare=False, default=None)
 
     @functools.cached_property
@@ -305,7 +308,8 @@ def step_record(row: dict[str, Any]) -> StepRecord:
         error=_loads(row["error_json"]), skip_reason=row["skip_reason"],
         started_at=row["started_at"], finished_at=row["finished_at"],
         replayed=bool(row["replayed"]), approved_by=row["approved_by"],
-        output_bytes=len(out.encode()) if out else 0, _output_text=out)
+        output_bytes=len(out.encode()) if out else 0,
+        facets=_loads(row.get("facets_json")), _output_text=out)
 
 
 @dataclass(frozen=True)

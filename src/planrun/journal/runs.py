@@ -126,9 +126,10 @@ class RunsMixin(JournalBase):
             for sid in step_ids:
                 c.execute(
                     "UPDATE steps SET status = 'succeeded', replayed = 1, "
-                    "(output_json, idempotency_key, attempts, started_at, finished_at, "
-                    "approved_by) = (SELECT output_json, idempotency_key, attempts, "
-                    "started_at, finished_at, approved_by FROM steps p "
+                    "(output_json, facets_json, idempotency_key, attempts, started_at, "
+                    "finished_at, approved_by) = (SELECT output_json, facets_json, "
+                    "idempotency_key, attempts, started_at, finished_at, approved_by "
+                    "FROM steps p "
                     "WHERE p.run_id = ? AND p.step_id = ?) "
                     "WHERE run_id = ? AND step_id = ?", (parent, sid, child, sid))
                 self._event(c, child, "step_replayed", step_id=sid,

@@ -133,6 +133,12 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN lease_boot TEXT",
         "ALTER TABLE runs ADD COLUMN lease_start INTEGER",
     ],
+    # 4 -> 5 (issue 17, facets): the facets of a finished step, computed from its output
+    # when it succeeded (``{"values": {NAME: value}, "cut": [NAME]}``), so that a condition
+    # or a manifest reads them without the output.
+    [
+        "ALTER TABLE steps ADD COLUMN facets_json TEXT",
+    ],
 ]
 
 #: The schema version this code writes and reads.

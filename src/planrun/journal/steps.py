@@ -15,7 +15,8 @@ class StepsMixin(JournalBase):
     def step_finished(self, run_id: str, step_id: str, *, status: str, key: str | None,
                       output: Any = None, error: dict[str, Any] | None = None,
                       expect: str | tuple[str, ...] = "running", event_data: Any = None,
-                      item: int | None = None, defer: bool = False) -> str:
+                      item: int | None = None, defer: bool = False,
+                      facets: dict[str, Any] | None = None) -> str:
         """The outcome record: ``succeeded``, ``failed`` or ``indeterminate``.
 
         Written with its event in one transaction; ``output`` for a success, ``error``
@@ -23,6 +24,9 @@ class StepsMixin(JournalBase):
         key is kept (succeeded),
         released (failed) so that a later attempt really runs, or left claimed
         (indeterminate).
+
+        ``facets`` (a step, not an item, that succeeded): its facets as
+        :func:`planrun.facets.compute` gives them, stored with it.
 
         With ``defer`` the record joins the next write's transaction instead of
         committing on its own (group commit: one durable commit can carry a finished
@@ -42,13 +46,16 @@ class StepsMixin(JournalBase):
             if "traceback" in error:
                 data["traceback"] = error["traceback"]
 
+        extra, more = ("", ()) if item is not None or facets is None else (
+            ", facets_json = ?", (dumps(facets),))
+
         def write(c: Conn) -> None:
             self._guard(c, run_id)
             self._expect_changed(
                 c, f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
-                f"finished_at = ? WHERE {where} AND status IN "
+                f"finished_at = ?{extra} WHERE {where} AND status IN "
                 f"({', '.join('?' for _ in expected)})",
-                (status, out_json, err_json, ts, *args, *expected),
+                (status, out_json, err_json, ts, *more, *args, *expected),
                 f"step {step_id!r} of run {run_id} was not {' or '.join(expected)}")
             if key is not None:
                 if status == "succeeded":
@@ -108,16 +115,23 @@ class StepsMixin(JournalBase):
                         data={"attempt": attempt, "error": plain, "backoff_s": delay})
 
     def step_replayed(self, run_id: str, step_id: str, output: Any, key: str | None,
-                      source: str, item: int | None = None) -> None:
-        """A pending step (or item) whose key already succeeded: reuse the output."""
+                      source: str, item: int | None = None,
+                      facets: dict[str, Any] | None = None) -> None:
+        """A pending step (or item) whose key already succeeded: reuse the output.
+
+        ``facets``: a step's facets (as :meth:`step_finished`), computed from the output.
+        """
         ts = now()
         table, where, args = self._target(run_id, step_id, item)
+        extra, more = ("", ()) if item is not None or facets is None else (
+            ", facets_json = ?", (dumps(facets),))
         with self._write() as c:
             self._guard(c, run_id)
             self._expect_changed(
                 c, f"UPDATE {table} SET status = 'succeeded', output_json = ?, replayed = 1, "
-                "idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ? "
-                f"WHERE {where} AND status = 'pending'", (dumps(output), key, ts, ts, *args),
+                f"idempotency_key = ?, started_at = COALESCE(started_at, ?), finished_at = ?"
+                f"{extra} WHERE {where} AND status = 'pending'",
+                (dumps(output), key, ts, ts, *more, *args),
                 f"step {step_id!r} of run {run_id} was not pending")
             self._event(c, run_id, "step_replayed", step_id=step_id, item=item,
                         data={"source": source}, ts=ts)
@@ -146,23 +160,46 @@ class StepsMixin(JournalBase):
             "SELECT status FROM items WHERE run_id = ? AND step_id = ? ORDER BY item_index",
             (run_id, step_id))]
 
-    def fanout_succeeded(self, run_id: str, step_id: str) -> None:
-        """Every item succeeded: record the step's output.
+    def fanout_succeeded(self, run_id: str, step_id: str,
+                         facets: dict[str, Any] | None = None) -> None:
+        """Every item succeeded: record the step's output (:meth:`fanout_finished`)."""
+        self.fanout_finished(run_id, step_id, facets=facets)
 
-        The output is the ordered list of item outputs, assembled inside SQLite (no Python
-        list of them is built).
+    def fanout_finished(self, run_id: str, step_id: str, *, status: str = "succeeded",
+                        keep: str = "all", error: dict[str, Any] | None = None,
+                        collected: list[tuple[int, Any]] | None = None,
+                        facets: dict[str, Any] | None = None) -> None:
+        """A fan-out step finished with an output: ``succeeded`` or ``partial``.
+
+        The output is the ordered list of item outputs, assembled inside the database (no
+        Python list of them is built): every item's (``keep="all"``) or only those of the
+        items that succeeded (``keep="succeeded"``, ``on_item_error: skip``). With
+        ``collected`` (``on_item_error: collect``), each (index, error object) is first
+        written as the output of that failed item (its status stays ``failed``), so the
+        list holds it in the item's place. ``error``: a partial step's summary of its
+        failed items; ``facets``: as :meth:`step_finished`. One transaction, with a
+        ``step_succeeded`` event (data ``{"status": "partial", "error": …}`` for a
+        partial step).
         """
         ts = now()
+        only = " AND status = 'succeeded'" if keep == "succeeded" else ""
+        data = None if status == "succeeded" else {"status": status, "error": error}
         with self._write() as c:
             self._guard(c, run_id)
+            if collected:
+                c.executemany("UPDATE items SET output_json = ? WHERE run_id = ? AND "
+                              "step_id = ? AND item_index = ? AND status = 'failed'",
+                              [(dumps(obj), run_id, step_id, i) for i, obj in collected])
             self._expect_changed(
-                c, "UPDATE steps SET status = 'succeeded', finished_at = ?, output_json = ("
+                c, "UPDATE steps SET status = ?, finished_at = ?, error_json = ?, "
+                "facets_json = ?, output_json = ("
                 f"SELECT {self.backend.json_array('output_json')} FROM (SELECT output_json FROM "
-                "items WHERE run_id = ? AND step_id = ? ORDER BY item_index) AS ordered) "
+                f"items WHERE run_id = ? AND step_id = ?{only} ORDER BY item_index) AS ordered) "
                 "WHERE run_id = ? AND step_id = ? AND status = 'running'",
-                (ts, run_id, step_id, run_id, step_id),
+                (status, ts, None if error is None else dumps(error),
+                 None if facets is None else dumps(facets), run_id, step_id, run_id, step_id),
                 f"step {step_id!r} of run {run_id} was not running")
-            self._event(c, run_id, "step_succeeded", step_id=step_id, ts=ts)
+            self._event(c, run_id, "step_succeeded", step_id=step_id, data=data, ts=ts)
 
     def mark_indeterminate(self, run_id: str, targets: list[tuple[str, int | None]],
                            message: str) -> None:
@@ -178,10 +215,12 @@ class StepsMixin(JournalBase):
                           (error, ts, *args))
 
     def resolve_step(self, run_id: str, step_id: str, *, succeeded: bool, output: Any,
-                     reason: str | None, decided_by: str, item: int | None = None) -> None:
+                     reason: str | None, decided_by: str, item: int | None = None,
+                     facets: dict[str, Any] | None = None) -> None:
         """Settle an indeterminate step (or fan-out item) by a person's word.
 
-        Journaled with an ``indeterminate_resolved`` event naming who decided.
+        Journaled with an ``indeterminate_resolved`` event naming who decided. ``facets``:
+        a step's facets computed from the output it is resolved with.
 
         Raises:
             RunError: no such step/item, or it is not indeterminate.
@@ -203,10 +242,12 @@ class StepsMixin(JournalBase):
                 raise RunError(f"{what} of run {run_id} is {row[0]}, not indeterminate; "
                                "only indeterminate steps are resolved",
                                code="not_indeterminate")
+            extra, more = ("", ()) if item is not None or facets is None else (
+                ", facets_json = ?", (dumps(facets),))
             c.execute(f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
-                      f"finished_at = ? WHERE {where}",
+                      f"finished_at = ?{extra} WHERE {where}",
                       (status, dumps(output) if succeeded else None,
-                       None if error is None else dumps(error), ts, *args))
+                       None if error is None else dumps(error), ts, *more, *args))
             key = row[1]
             if key is not None:
                 if succeeded:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .base import (
     EVENT_KINDS,
+    FINISHED,
     LEASE_TTL_ENV,
     LEASE_TTL_S,
     MIN_PREFIX,
@@ -34,7 +35,7 @@ from .records import dumps, holder_alive, lease_owner
 from .runs import RunsMixin
 from .steps import StepsMixin
 
-__all__ = ["EVENT_KINDS", "LEASE_TTL_ENV", "LEASE_TTL_S", "MIN_PREFIX", "RUN_STATUSES",
+__all__ = ["EVENT_KINDS", "FINISHED", "LEASE_TTL_ENV", "LEASE_TTL_S", "MIN_PREFIX", "RUN_STATUSES",
            "STEP_STATUSES", "Journal", "LeaseLost", "count_summary", "dumps", "holder_alive",
            "lease_owner", "lease_ttl", "new_run_id", "now"]
 

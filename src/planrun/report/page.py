@@ -30,6 +30,7 @@ code,.mono{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;border:1.5px solid;
 font-weight:600;font-size:.85em;white-space:nowrap}
 .s-succeeded{color:#1b7a3a;background:#dff3e4}.s-failed{color:#b3261e;background:#fde0de}
+.s-partial{color:#8a5a00;background:#fdf0d5}
 .s-indeterminate{color:#7b2f9e;background:#f1e2f8}.s-running{color:#1f5fbf;background:#dde9fb}
 .s-skipped,.s-pending,.s-not-run,.s-refused,.s-denied,.s-interrupted,.s-planning,
 .s-planned,.s-awaiting_approval,.s-completed{color:#3b3b40;background:#ececec}
@@ -109,8 +110,9 @@ def _header(r: RunReport) -> str:
     m = r.manifest
     plan = m["plan"]
     c = m["counts"]
-    counts = ", ".join(f"{c[k]} {k}" for k in ("succeeded", "failed", "skipped",
-                                               "indeterminate", "running", "pending")
+    counts = ", ".join(f"{c[k]} {k}" for k in ("succeeded", "partial", "failed",
+                                               "skipped", "indeterminate", "running",
+                                               "pending")
                        if c.get(k))
     took = svg.duration(m.get("duration_s"))
     wall = m.get("wall_s")
@@ -160,8 +162,9 @@ def _header(r: RunReport) -> str:
 
 
 def _legend() -> str:
-    items = "".join(f"<li>{badge(s)}</li>" for s in ("succeeded", "failed", "indeterminate",
-                                                     "running", "skipped", "pending"))
+    items = "".join(f"<li>{badge(s)}</li>" for s in ("succeeded", "partial", "failed",
+                                                     "indeterminate", "running", "skipped",
+                                                     "pending"))
     return f'<ul class="legend" aria-label="Status colours">{items}</ul>'
 
 

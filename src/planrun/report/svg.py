@@ -19,6 +19,7 @@ from .data import FanOut, RunReport
 #: status → (fill, stroke, glyph, dashed); unknown statuses look like ``pending``.
 STATUS_STYLE: dict[str, tuple[str, str, str, bool]] = {
     "succeeded": ("#dff3e4", "#1b7a3a", "✓", False),
+    "partial": ("#fdf0d5", "#8a5a00", "◐", False),
     "failed": ("#fde0de", "#b3261e", "✗", False),
     "indeterminate": ("#f1e2f8", "#7b2f9e", "?", False),
     "running": ("#dde9fb", "#1f5fbf", "▶", False),

@@ -195,7 +195,34 @@ def _step_line(step: dict[str, Any]) -> str:
     if step.get("error"):
         e = step["error"]
         bits.append(f"[{e.get('code')}] {e.get('message')}")
+    if step.get("facets"):
+        bits.append(f"facets {_facets_text(step['facets'])}")
     return "  ".join(bits)
+
+
+#: Longest facets text a human summary prints for one step (``--json`` has them whole).
+FACETS_SHOWN = 300
+
+
+def _facets_text(facets: dict[str, Any]) -> str:
+    """``NAME=VALUE …`` (values as compact JSON), cut at :data:`FACETS_SHOWN` characters."""
+    text = " ".join(f"{k}={json.dumps(v, ensure_ascii=False, separators=(',', ':'))}"
+                    for k, v in facets.items())
+    return text if len(text) <= FACETS_SHOWN else text[:FACETS_SHOWN - 1] + "…"
+
+
+def _item_error_lines(m: dict[str, Any]) -> list[str]:
+    """One line per item error a manifest lists: ``STEP[INDEX]: [CODE] message``.
+
+    Indented under the steps; a message is put on one line and cut at 300 characters.
+    """
+    lines = []
+    for s in m["steps"]:
+        for e in s.get("item_errors") or []:
+            text = " ".join(str(e.get("message") or "").split())
+            text = text if len(text) <= 300 else text[:299] + "…"
+            lines.append(f"    {s['id']}[{e['index']}]: [{e.get('code')}] {text}")
+    return lines
 
 
 def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
@@ -206,8 +233,8 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
     c = m["counts"]
     head = (f"run {m['run_id']} ({m['plan']['name']} r{m['plan']['revision']}): "
             f"{m['status']} — {c['succeeded']}/{c['total']} succeeded")
-    extra = [f"{c[k]} {k}" for k in ("failed", "skipped", "indeterminate", "pending")
-             if c.get(k)]
+    extra = [f"{c[k]} {k}" for k in ("partial", "failed", "skipped", "indeterminate",
+                                     "pending") if c.get(k)]
     if extra:
         head += ", " + ", ".join(extra)
     if m.get("duration_s") is not None:
@@ -231,15 +258,21 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
                 note = "replayed"
             elif s.get("approved_by"):
                 note = f"approved by {s['approved_by']}"
+            if s.get("facets"):
+                note = (note + "  " if note else "") + f"facets {_facets_text(s['facets'])}"
             dur = f"{s['duration_s']:.3f}s" if s.get("duration_s") is not None else ""
             table.add_row(s["id"], s["tool"], s["status"], dur, redact.display_text(note), style={
                 "failed": "red", "indeterminate": "magenta", "skipped": "dim",
-                "succeeded": "green"}.get(s["status"]))
+                "succeeded": "green", "partial": "yellow"}.get(s["status"]))
         console.print(table)
+        for line in _item_error_lines(m):
+            console.print(redact.display_text(line), markup=False, highlight=False)
     else:
         out(head)
         for s in m["steps"]:
             out("  " + _step_line(s))
+        for line in _item_error_lines(m):
+            out(line)
     approval = m.get("approval")
     if approval and approval["waiting"]:  # awaiting approval (SPEC §10): who decides
         out("waiting for approval: " + ", ".join(

@@ -66,7 +66,7 @@ class PlainProgress:
             items = f" ({info['items']} items)" if "items" in info else ""
             attempt = f" (attempt {info['attempt']})" if info.get("attempt", 1) > 1 else ""
             err(f"planrun: {sid} started{items}{attempt}")
-        elif kind in ("succeeded", "failed", "indeterminate", "replayed"):
+        elif kind in ("succeeded", "partial", "failed", "indeterminate", "replayed"):
             took = now - self.started.pop(sid, now)
             self.fans.pop(sid, None)
             detail = ""
@@ -196,7 +196,8 @@ class LiveProgress:
             done = int(p.tasks[p.task_ids.index(task)].completed)
             first, t0 = self.fan_start.get(sid, (0, time.monotonic()))
             p.update(task, rate=item_rate(done - first, time.monotonic() - t0))
-        elif kind in ("succeeded", "failed", "indeterminate", "replayed", "skipped"):
+        elif kind in ("succeeded", "partial", "failed", "indeterminate", "replayed",
+                      "skipped"):
             task = self.tasks.pop(sid, None)
             took = ""
             if task is not None:
@@ -204,6 +205,7 @@ class LiveProgress:
                 took = f" {elapsed:.2f}s" if elapsed is not None else ""
                 p.remove_task(task)
             mark = {"succeeded": "[green]✓[/]", "replayed": "[green]↺[/]",
+                    "partial": "[yellow]◐[/]",
                     "failed": "[red]✗[/]", "indeterminate": "[magenta]?[/]",
                     "skipped": "[dim]-[/]"}[kind]
             detail = ""

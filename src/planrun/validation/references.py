@@ -53,6 +53,35 @@ def check_step_references(scope: Scope, base: str, raw: dict[str, Any], model: A
             _check_ref(scope, ref, sid, f"{base}/for_each{ptr}", True)
     if model.when is not None:
         _check_when(scope, model.when, sid, base)
+    if model.facets is not None:
+        _check_facet_schema(scope, raw.get("facets"), model, base + "/facets")
+
+
+def _check_facet_schema(scope: Scope, raw: Any, model: Any, base: str) -> None:
+    """With an ``output_schema``, refuse a facet path no output can reach (``reference``).
+
+    Paths start at the step's output, or at each item's output for a fan-out, which is
+    what the tool's ``output_schema`` describes either way.
+    """
+    from ..facets import KINDS, PathError, parse_path, schema_problem
+    from ..pointers import pointer_escape
+
+    tool = scope.registry.tools.get(model.tool)
+    schema = tool.entry.output_schema if tool else None
+    if not isinstance(schema, dict) or not isinstance(raw, dict):
+        return
+    for kind in KINDS:
+        for name, path in (raw.get(kind) or {}).items():
+            try:
+                tokens = parse_path(path)
+            except PathError:
+                continue  # reported with the step's shape (schema)
+            why = schema_problem(tokens, schema)
+            if why is not None:
+                scope.out.add("reference", f"step {model.id!r}: facet {name!r}: path "
+                              f"{path!r}: in the output of tool {model.tool!r}, {why}",
+                              step=model.id,
+                              path=f"{base}/{kind}/{pointer_escape(str(name))}")
 
 
 def _check_ref(scope: Scope, ref: Any, sid: str, where: str, fanout: bool) -> None:
@@ -108,6 +137,27 @@ def _check_output_path(scope: Scope, ref: StepRef, sid: str, where: str) -> None
         return
 
 
+def _check_facet_reads(scope: Scope, expr: str, sid: str, where: str, bad: set[str]) -> None:
+    """``steps.ID.facets.NAME`` must name a facet step ID declares (``condition``)."""
+    from ..conditions import facet_reads
+
+    declared = {m.id: m.facets for _i, _r, m in scope.steps}
+    for ref, name in sorted(facet_reads(expr), key=lambda r: (r[0], r[1] or "")):
+        if ref in bad or ref not in declared:
+            continue
+        facets = declared[ref]
+        names = [] if facets is None else list(dict.fromkeys(
+            [*facets.paths, *facets.counts, *facets.group_counts]))
+        if not names:
+            scope.out.add("condition", f"step {sid!r}: when reads steps.{ref}.facets, but "
+                          f"step {ref!r} declares no facets", step=sid, path=where)
+        elif name is not None and name not in names:
+            scope.out.add("condition", f"step {sid!r}: when reads steps.{ref}.facets.{name}, "
+                          f"which step {ref!r} does not declare (its facets: "
+                          f"{', '.join(names)}).{did_you_mean(name, names)}", step=sid,
+                          path=where)
+
+
 def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
     from ..conditions import ConditionError, compile_condition, unknown_names
     from ..conditions import references as condition_references
@@ -123,16 +173,20 @@ def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
         return
     for name in names:  # SPEC §3: a condition reads params and steps, nothing else
         out.add("condition", f"step {sid!r}: when reads {name!r}, but a condition can only "
-                "read params.NAME, steps.ID.output and steps.ID.status", step=sid, path=where)
+                "read params.NAME, steps.ID.output, steps.ID.status and steps.ID.facets",
+                step=sid, path=where)
     for name in calls:
         out.add("condition", f"step {sid!r}: when calls {name}(), which is not a CEL "
                 "function", step=sid, path=where)
     scope.used.update(param_refs)
+    bad: set[str] = set()
     for ref in sorted(step_refs):
         if ref not in scope.ids or ref == sid or (
                 scope.acyclic and not graph.is_ancestor(ref, sid, scope.deps)):
+            bad.add(ref)
             out.add("condition", f"step {sid!r}: when reads steps.{ref}, which is not a step "
                     f"{sid!r} depends on", step=sid, path=where)
+    _check_facet_reads(scope, expr, sid, where, bad)
     for pname in sorted(param_refs):
         if pname not in scope.declared:
             out.add("condition", f"step {sid!r}: when reads params.{pname}, which the plan "

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import graph
 from ..issues import did_you_mean
-from ..pointers import pointer
+from ..pointers import pointer, pointer_escape
 from .plan import PlanLimits
 from .report import Collector, pydantic_issues
 
@@ -60,10 +60,34 @@ def _check_fields(raw: dict[str, Any], model: Any, sid: str | None, base: str,
             if fld in raw:
                 out.add("schema", f"step {sid!r}: {fld!r} applies only to a step with "
                         "for_each", step=sid, path=f"{base}/{fld}", key=True)
+    if model.facets is not None:
+        _check_facet_paths(raw.get("facets"), sid, base + "/facets", out)
     if model.pool is not None and model.pool not in limits.pools:
         out.add("schema", f"step {sid!r}: pool {model.pool!r} is not declared in "
                 f"[pools] of planrun.toml.{did_you_mean(model.pool, limits.pools)}",
                 step=sid, path=base + "/pool")
+
+
+def _check_facet_paths(raw: Any, sid: str | None, base: str, out: Collector) -> None:
+    """Facet paths that do not parse, and a name declared by two kinds (``schema``)."""
+    from ..facets import KINDS, PathError, parse_path
+
+    first: dict[str, str] = {}
+    for kind in KINDS:
+        table = raw.get(kind) if isinstance(raw, dict) else None
+        for name, path in (table or {}).items():
+            where = f"{base}/{kind}/{pointer_escape(str(name))}"
+            if name in first:
+                out.add("schema", f"step {sid!r}: facet {name!r} is declared under both "
+                        f"{first[name]} and {kind}; each facet name is used once "
+                        "(steps.ID.facets.NAME reads it)", step=sid, path=where, key=True)
+            else:
+                first[name] = kind
+            try:
+                parse_path(path)
+            except PathError as exc:
+                out.add("schema", f"step {sid!r}: facet {name!r}: path {path!r}: {exc}",
+                        step=sid, path=where)
 
 
 def check_dependencies(steps: list[ShapedStep], ids: dict[str, int],
