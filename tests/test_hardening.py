@@ -28,9 +28,9 @@ class Odd(Exception):
 def odd():
     raise Odd()
 
-def deep():
+def deep(levels=5000):
     value = []
-    for _ in range(5000):
+    for _ in range(levels):
         value = [value]
     return value
 
@@ -72,7 +72,8 @@ tools:
     arguments: {type: object, additionalProperties: false}
   deep:
     python: hard:deep
-    arguments: {type: object, additionalProperties: false}
+    arguments: {type: object, properties: {levels: {type: integer}},
+                additionalProperties: false}
   ask:
     python: hard:ask
     arguments: {type: object, additionalProperties: false}
@@ -132,14 +133,16 @@ def test_a_background_child_does_not_hold_the_call_open(proj: Proj) -> None:
     assert json.loads(proj.run("output", run_id, "s").stdout) == "started"
 
 
-@pytest.mark.parametrize(("tool", "code", "needle"), [
-    ("leave", "tool_error", "SystemExit: 3"),
-    ("odd", "tool_error", "Odd: <the exception's message could not be read>"),
-    ("deep", "output", "nested too deeply"),
-])
-def test_odd_python_tools_fail_their_step_not_planrun(proj: Proj, tool: str, code: str,
-                                                      needle: str) -> None:
-    proj.one_step("t", tool)
+@pytest.mark.parametrize(("tool", "arguments", "code", "needle"), [
+    ("leave", "{}", "tool_error", "SystemExit: 3"),
+    ("odd", "{}", "tool_error", "Odd: <the exception's message could not be read>"),
+    ("deep", "{}", "output", "nested too deeply"),
+    # json writes 500 levels, but planrun's recursive walks (masking, facets) would not
+    ("deep", "{levels: 500}", "output", "nested too deeply to store (more than 200 levels)"),
+], ids=["leave", "odd", "deep5000", "deep500"])
+def test_odd_python_tools_fail_their_step_not_planrun(proj: Proj, tool: str, arguments: str,
+                                                      code: str, needle: str) -> None:
+    proj.one_step("t", tool, arguments)
     res = proj.run("execute", "t", "--json")
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr

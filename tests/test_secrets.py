@@ -410,7 +410,8 @@ def test_a_one_character_secret_garbles_no_key_id_or_command(proj: Proj, schema:
     (params,), = proj.db("SELECT params_json FROM runs")
     assert json.loads(params) == {"pin": redact.reference("pin")}
     starts = proj.db("SELECT data_json FROM events WHERE kind = 'step_started'")
-    assert all(set(json.loads(d)) == {"attempt", "key"} for (d,) in starts)
+    assert all(set(json.loads(d)) == {"attempt", "key", "arguments_digest"} for (d,) in starts)
+    assert all(re.fullmatch("[0-9a-f]{64}", json.loads(d)["arguments_digest"]) for (d,) in starts)
 
 
 def test_number_structured_and_fan_out_secrets_round_trip(proj: Proj) -> None:

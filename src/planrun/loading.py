@@ -391,7 +391,12 @@ def not_text(data: Any) -> str | None:
     return None
 
 
-def _too_deep(data: Any) -> bool:
+def too_deep(data: Any) -> bool:
+    """Whether JSON-shaped ``data`` nests deeper than :data:`MAX_DEPTH` (200) levels.
+
+    Iterative (no recursion of its own): what planrun's recursive walks over a value
+    (masking, facets, canonical JSON) can take safely is checked before any of them runs.
+    """
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         node, depth = stack.pop()
@@ -437,7 +442,7 @@ def _parse_json(text: str, file: str | None) -> Document:
     except ValueError as exc:  # e.g. an integer over Python's 4,300-digit limit
         raise DocumentError([Issue(code="syntax", file=file,
                                    message=f"not valid JSON: {exc}")]) from None
-    if _too_deep(data):
+    if too_deep(data):
         raise DocumentError([Issue(code="too_large", file=file,
                                    message=f"nesting deeper than {MAX_DEPTH} levels")])
     bad = not_text(data)

@@ -17,6 +17,7 @@ from typing import Any
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
 from ..facets import of_output
+from ..loading import MAX_DEPTH, too_deep
 from ..tools import CallTimeout, StepContext, ToolFailure
 from ..validation import CheckedStep
 from .base import RunParts
@@ -239,6 +240,12 @@ class Attempts(RunParts):
             return {"code": "output", "message": f"tool {step.tool.name!r} returned text that "
                     "is not valid Unicode (an undecodable file name?); return it as text "
                     "that can be encoded in UTF-8"}
+        # planrun's own walks over an output (masking, facets, canonical JSON) recurse: an
+        # output json could still write but nested deeper than a plan may be is refused
+        # the same way (a value that deep takes at least two characters a level)
+        if len(text) > 2 * MAX_DEPTH and too_deep(output):
+            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
+                    f"nested too deeply to store (more than {MAX_DEPTH} levels)"}
         validator = step.tool.output_validator
         if validator is not None:
             errors = [e.message for e in validator.iter_errors(output)]
