@@ -292,6 +292,19 @@ def facet_reads(expr: str) -> frozenset[tuple[str, str | None]]:
     return _step_uses(expr)[1]
 
 
+#: What a condition may read of an ancestor: ``steps.ID.output``, ``.status``, ``.facets``.
+STEP_FIELDS = ("output", "status", "facets")
+
+
+def step_field_reads(expr: str) -> dict[str, frozenset[str | None]]:
+    """Step id → the names ``expr`` reads of it (``steps.ID.NAME``; None: read whole).
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    return _step_uses(expr)[0]
+
+
 def reads_output(expr: str, sid: str) -> bool:
     """Whether ``expr`` may read ``steps.ID.output`` (anything but its facets and status).
 

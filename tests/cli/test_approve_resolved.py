@@ -150,6 +150,10 @@ def test_dispatch_record_carries_the_digest_of_the_resolved_arguments(proj: Proj
      "arguments: {value: '{steps.a.output}'}}", "needs no approval"),
     ("{id: b, tool: remove, depends_on: [a], approve: resolved, for_each: [1], "
      "arguments: {value: '{steps.a.output.value}'}}", "fans out"),
+    ("{id: b, tool: remove, depends_on: [a], approve: resolved, run_if: failure, "
+     "arguments: {value: '{steps.a.output}'}}", "clean-up step (run_if: failure)"),
+    ("{id: b, tool: remove, depends_on: [a], approve: resolved, run_if: always, "
+     "arguments: {value: '{steps.a.output}'}}", "clean-up step (run_if: always)"),
 ])
 def test_approve_resolved_where_it_has_no_meaning(gated: Project, step: str, why: str) -> None:
     gated.write_plan("bad", f"""

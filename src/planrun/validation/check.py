@@ -162,6 +162,10 @@ def _check_step(scope: Scope, params: ParamValues, marks: bool, i: int,
                        static=for_each is None and not has_templates(arguments))
     if model.approve is not None:
         _check_approve_resolved(scope, base, step)
+    if step.run_if == "failure" and not step.depends_on:
+        out.add("schema", f"step {sid!r}: run_if: failure on a step that depends on no "
+                "step: it could never run; give it depends_on (the steps whose failure it "
+                "handles)", step=sid, path=f"{base}/run_if")
     return step
 
 
@@ -169,9 +173,11 @@ def _check_approve_resolved(scope: Scope, base: str, step: CheckedStep) -> None:
     """Issue ``approve_resolved`` where a step's ``approve: resolved`` cannot apply.
 
     It has a meaning only for a step that needs a person, whose arguments hold a run-time
-    placeholder (else they are known, and shown, before the run) and that does not fan
-    out (each item would be a decision of its own). A tool's ``approve: resolved`` is
-    not checked this way: its steps that do not fit are cleared before the run.
+    placeholder (else they are known, and shown, before the run), that does not fan
+    out (each item would be a decision of its own) and that is not a clean-up step
+    (``run_if: failure | always``: waiting there would hide the failure). A tool's
+    ``approve: resolved`` is not checked this way: its steps that do not fit are cleared
+    before the run.
     """
     sid = step.id
     if step.for_each is not None:
@@ -179,6 +185,10 @@ def _check_approve_resolved(scope: Scope, base: str, step: CheckedStep) -> None:
     elif step.static:
         why = ("its arguments hold no {steps.…} placeholder: they are known, and shown, "
                "before the run; remove approve")
+    elif step.run_if != "success":
+        why = (f"it is a clean-up step (run_if: {step.run_if}): a run waiting for a person "
+               "there would end awaiting_approval, not failed, and hide the failure it "
+               "cleans up after; clear it before the run (remove approve)")
     elif not step.approval_reason:
         why = (f"it needs no approval (tool {step.tool.name!r} is reversible and no "
                "policy asks for a person); remove approve, or list the tool in "

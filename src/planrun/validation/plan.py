@@ -84,11 +84,12 @@ class CheckedStep:
         """Cleared at dispatch with its resolved arguments, not before the run.
 
         The step needs clearance, has ``approve: resolved`` (or its tool has), its
-        arguments hold a run-time placeholder, and it does not fan out (a fan-out step
-        with a tool's ``approve: resolved`` is cleared before the run as usual).
+        arguments hold a run-time placeholder, it does not fan out and it is not a
+        clean-up step (``run_if: failure | always``): such steps with a tool's ``approve:
+        resolved`` are cleared before the run as usual.
         """
         return (bool(self.approval_reason) and self.approve_resolved and not self.static
-                and self.for_each is None)
+                and self.for_each is None and self.run_if == "success")
 
     @property
     def timeout(self) -> float | None:

@@ -158,6 +158,24 @@ def _check_facet_reads(scope: Scope, expr: str, sid: str, where: str, bad: set[s
                           path=where)
 
 
+def _check_step_fields(scope: Scope, expr: str, sid: str, where: str, bad: set[str]) -> None:
+    """``steps.ID.NAME`` must be ``output``, ``status`` or ``facets`` (``condition``).
+
+    A typo (``steps.a.outptu``) would only fail when the step is reached, and make a
+    clean-up step fail a good run.
+    """
+    from ..conditions import STEP_FIELDS, step_field_reads
+
+    for ref, names in sorted(step_field_reads(expr).items()):
+        if ref in bad:
+            continue
+        for name in sorted(n for n in names if n is not None and n not in STEP_FIELDS):
+            scope.out.add("condition", f"step {sid!r}: when reads steps.{ref}.{name}, but a "
+                          "condition reads only steps.ID.output, steps.ID.status and "
+                          f"steps.ID.facets.{did_you_mean(name, list(STEP_FIELDS))}",
+                          step=sid, path=where)
+
+
 def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
     from ..conditions import ConditionError, compile_condition, unknown_names
     from ..conditions import references as condition_references
@@ -186,6 +204,7 @@ def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
             bad.add(ref)
             out.add("condition", f"step {sid!r}: when reads steps.{ref}, which is not a step "
                     f"{sid!r} depends on", step=sid, path=where)
+    _check_step_fields(scope, expr, sid, where, bad)
     _check_facet_reads(scope, expr, sid, where, bad)
     for pname in sorted(param_refs):
         if pname not in scope.declared:
