@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from planrun.facets import (
+    MAX_VALUE_BYTES,
     OTHER,
     PathError,
     compute,
@@ -60,6 +61,21 @@ def test_group_counts_fold_keys_past_the_cap_into_other() -> None:
     # first two keys kept in the order first reached; z, w and a real "(other)" fold
     assert got["values"]["g"] == {"x": 2, "y": 1, OTHER: 3}
     assert list(got["values"]["g"]) == ["x", "y", OTHER]
+
+
+def test_a_facet_never_copies_a_large_value() -> None:
+    big = {"files": [f"file-{i}.txt" for i in range(200)]}  # ~2.8 KB of JSON
+    small = "é" * (MAX_VALUE_BYTES // 2)  # exactly MAX_VALUE_BYTES of UTF-8, plus quotes
+    spec = spec_of({"paths": {"whole": ".", "name": "name"}})
+    assert spec is not None
+    got = compute(spec, [{**big, "name": "a"}], fanout=False)
+    assert got == {"values": {"whole": None, "name": "a"}, "cut": ["whole"]}
+    spec = spec_of({"paths": {"p": "v"}, "group_counts": {"g": "v"}})
+    assert spec is not None
+    got = compute(spec, [{"v": big}, {"v": "x"}, {"v": small[:-1]}, {"v": big}], fanout=True)
+    assert got["values"]["p"] == ["x", small[:-1]]
+    assert got["cut"] == ["p"]
+    assert got["values"]["g"] == {"x": 1, small[:-1]: 1, OTHER: 2}
 
 
 def test_fan_out_paths_are_distinct_values_and_cut_at_the_cap() -> None:

@@ -20,13 +20,15 @@ A path *reaches* a list of values: a key that is missing, an index past the end,
 - ``paths``: a path without ``[]`` on a step without ``for_each``: the value it reaches,
   or ``null``. Otherwise (a ``[]``, or a fan-out): the list of the distinct values it
   reaches (distinct as canonical JSON), in the order first reached, at most
-  ``max_group_keys`` of them (the facet is then *cut*: the manifest says so).
+  ``max_group_keys`` of them (the facet is then *cut*: the manifest says so). A value
+  whose canonical JSON is longer than :data:`MAX_VALUE_BYTES` (1,024 bytes) is left out
+  (a single value is then ``null``), and the facet is cut too.
 - ``counts``: how many values the path reaches that are not ``null``.
 - ``group_counts``: an object, value → how many times it is reached (``null`` is not
   counted). A string is its own key; any other value is keyed by its canonical JSON
   (``3``, ``true``, ``{"a":1}``). The first ``max_group_keys`` distinct keys are kept in
-  the order first reached; every later key's count goes to :data:`OTHER` (``"(other)"``),
-  which comes last.
+  the order first reached; every later key's count, and that of a key longer than
+  :data:`MAX_VALUE_BYTES`, goes to :data:`OTHER` (``"(other)"``), which comes last.
 
 A fan-out step's facets are computed over its items' outputs (each item's output is
 where the paths start; items that failed are left out): counts are summed, group counts
@@ -47,6 +49,14 @@ from .canonical import canonical_json
 KINDS = ("paths", "counts", "group_counts")
 #: The group key that holds the counts of every key past ``max_group_keys``.
 OTHER = "(other)"
+#: The largest value a ``paths`` facet keeps, and the longest ``group_counts`` key: bytes
+#: of canonical JSON (UTF-8). A facet is a small summary, never a copy of the output.
+MAX_VALUE_BYTES = 1024
+
+
+def _fits(key: str) -> bool:
+    """Whether canonical JSON (or a group key) ``key`` is at most MAX_VALUE_BYTES long."""
+    return len(key) <= MAX_VALUE_BYTES // 4 or len(key.encode("utf-8")) <= MAX_VALUE_BYTES
 #: ``max_group_keys`` when a step does not say.
 DEFAULT_MAX_KEYS = 25
 #: The largest ``max_group_keys`` accepted.
@@ -203,19 +213,24 @@ class Folder:
                     key = group_key(v)
                     if key in groups:
                         groups[key] += 1
-                    elif len(groups) < limit and key != OTHER:
+                    elif len(groups) < limit and key != OTHER and _fits(key):
                         groups[key] = 1
                     else:
                         self.other[f.name] = self.other.get(f.name, 0) + 1
             elif not self.fanout and not f.flattens:
-                self.single[f.name] = values[0] if values else None
+                value = values[0] if values else None
+                if value is not None and not isinstance(value, bool | int | float) \
+                        and not _fits(canonical_json(value)):
+                    self.cut.add(f.name)
+                    value = None
+                self.single[f.name] = value
             else:
                 seen = self.seen.setdefault(f.name, {})
                 for v in values:
                     key = canonical_json(v)
                     if key in seen:
                         continue
-                    if len(seen) >= limit:
+                    if len(seen) >= limit or not _fits(key):
                         self.cut.add(f.name)
                         continue
                     seen[key] = v
@@ -224,7 +239,8 @@ class Folder:
         """``{"values": {NAME: value}, "cut": [NAME, …]}`` as the journal stores it.
 
         ``cut`` names the ``paths`` facets that reached more distinct values than
-        ``max_group_keys`` (only the first ones are kept).
+        ``max_group_keys`` (only the first ones are kept) or a value longer than
+        :data:`MAX_VALUE_BYTES` (left out; a single value is then ``null``).
         """
         values: dict[str, Any] = {}
         for f in self.spec.facets:
