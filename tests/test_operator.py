@@ -814,6 +814,18 @@ def test_durations_after_resume_are_working_time(tmp_path: Path) -> None:
         for eid, ts in conn.execute("SELECT id, ts FROM events WHERE run_id = ?",
                                     (run_id,)).fetchall():
             conn.execute("UPDATE events SET ts = ? WHERE id = ?", (back(ts), eid))
+    # a resume refused at validation (its plan_refused event) ran nothing: the hour before
+    # it is idle time too
+    tools = app / "tools.yaml"
+    good = tools.read_text(encoding="utf-8")
+    tools.write_text(good.replace("  wait_for:", "  waits_for:"), encoding="utf-8")
+    refused = run(app, "resume", run_id, "--json")
+    assert refused.returncode == 3, refused
+    tools.write_text(good, encoding="utf-8")
+    with closing(sqlite3.connect(journal)) as conn:
+        kinds = [k for (k,) in conn.execute("SELECT kind FROM events WHERE run_id = ?",
+                                            (run_id,))]
+    assert kinds[-1] == "plan_refused"
     res = run(app, "resume", run_id, "--json")
     assert res.returncode == 0, res
     m = json.loads(res.stdout)
