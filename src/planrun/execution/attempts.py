@@ -14,6 +14,7 @@ import asyncio
 import json
 from typing import Any
 
+from ..canonical import digest
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
 from ..facets import of_output
@@ -40,8 +41,6 @@ class Attempts(RunParts):
         ``stored``: the arguments in reference form (default: ``arguments``); their digest
         is journaled with each dispatch record.
         """
-        from ..canonical import digest
-
         args_digest = digest(arguments if stored is None else stored)
         attempt = 0
         if not self.fresh:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import redact
 from ..errors import PlanrunError
+from ..facets import of_output
 from ..graph import ancestors
 from ..journal import FINISHED
 from ..journal.store import LeaseLost
@@ -150,8 +151,6 @@ class Steps(RunParts):
         done, output = (False, None) if self.fresh and not plan_scoped else \
             self.journal.succeeded_key(key, step.tool.dedupe_ttl_s)
         if done:
-            from ..facets import of_output
-
             self.journal.step_replayed(
                 self.run_id, step.id, output, key, "idempotency key", item=item,
                 facets=None if item is not None else of_output(step.raw.get("facets"), output))
@@ -185,8 +184,6 @@ class Steps(RunParts):
         stored = self.journal.step_facets(self.run_id, sid)
         if stored is not None:
             return stored.get("values", {})
-        from ..facets import of_output
-
         computed = of_output(self.plan.by_id[sid].raw.get("facets"), self._output(sid))
         return {} if computed is None else computed["values"]
 
