@@ -11,18 +11,24 @@ from ..patterns import search
 from ..pointers import pointer_of
 from ..registry import ToolSpec
 from .report import secret_rule
+from .shapes import shape_determined, shape_of
 
 #: (JSON Pointer inside the arguments, message, the pointer names a key)
 ArgumentProblem = tuple[str, str, bool]
 
-#: Arguments found to fit a contract: (the tool's ``contract_key``, SHA-256 of the
-#: arguments' JSON). Only fits are kept (a problem is always worked out again, so its
-#: message is never one from another run); bounded, cleared when full.
-_FITS: set[tuple[str, str]] = set()
+#: Arguments found to fit a contract: (the tool's ``contract_key``, what was checked,
+#: SHA-256 of it) — what was checked is the arguments' JSON (``value``), or only their shape
+#: (``shape``: keys, lengths, scalar types; :mod:`.shapes`) when the contract's verdict
+#: depends on nothing else. Only fits are kept (a problem is always worked out again, so
+#: its message is never one from another run); bounded, cleared when full.
+_FITS: set[tuple[str, str, str]] = set()
 FITS_KEPT = 100_000
 
+#: ``contract_key`` → whether that contract is shape-determined (:func:`.shapes.shape_determined`).
+_SHAPED: dict[str, bool] = {}
 
-def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str] | None:
+
+def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
     """The memo key of a check of ``arguments`` against ``tool``; None: not memoized.
 
     Not for a tool with an ``accepts`` model (its validators are code, run every time),
@@ -33,11 +39,19 @@ def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str] | None:
     import hashlib
     import json
 
+    shaped = _SHAPED.get(tool.contract_key)
+    if shaped is None:
+        shaped = _SHAPED[tool.contract_key] = shape_determined(tool.contract)
     try:
-        text = json.dumps(arguments, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        if shaped:
+            kind, text = "shape", shape_of(arguments)
+        else:
+            kind, text = "value", json.dumps(arguments, sort_keys=True, ensure_ascii=False,
+                                             allow_nan=False)
     except (TypeError, ValueError):
         return None
-    return tool.contract_key, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return (tool.contract_key, kind,
+            hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def _probe(value: Any, path: tuple[Any, ...], opaque: set[tuple[Any, ...]],
@@ -73,10 +87,14 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
     the value.
 
     Arguments that fitted the same contract before (same ``tools.yaml`` entry, same JSON
-    text) are not checked again in this process (:data:`_FITS`).
+    text — or, for a contract that looks only at keys and types, the same shape) are not
+    checked against the schema again in this process (:data:`_FITS`); a command tool's
+    option-value rule, which reads values, still is.
     """
     key = _fit_key(tool, arguments)
     if key is not None and key in _FITS:
+        if key[1] == "shape" and tool.entry.command is not None:
+            return _option_problems(tool, arguments)
         return []
     out = _problems(tool, arguments, stored)
     if key is not None and not out:
@@ -104,10 +122,7 @@ def _problems(tool: ToolSpec, arguments: dict[str, Any], stored: Any
         else:
             out.append(_violation(tool, err, loc, stored, loc in text))
     if tool.entry.command is not None and not out:
-        from ..argv import option_value_problems
-
-        out.extend((ptr, msg, False) for ptr, msg in option_value_problems(tool.entry,
-                                                                          arguments))
+        out.extend(_option_problems(tool, arguments))
     if tool.model is not None and not out and not opaque and not text:
         # An ``accepts`` model is checked the way the call checks it (SPEC §2): from JSON,
         # in strict mode; its JSON Schema alone lets through what the model refuses.
@@ -118,6 +133,13 @@ def _problems(tool: ToolSpec, arguments: dict[str, Any], stored: Any
             out.append((where, f"tool {tool.name!r} ({tool.entry.accepts}): {message}",
                         False))
     return out
+
+
+def _option_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[ArgumentProblem]:
+    """A command tool's known values that would become options (:mod:`planrun.argv`)."""
+    from ..argv import option_value_problems
+
+    return [(ptr, msg, False) for ptr, msg in option_value_problems(tool.entry, arguments)]
 
 
 def _undeclared(tool: ToolSpec, err: Any, loc: tuple[Any, ...]) -> list[ArgumentProblem]:
