@@ -110,7 +110,7 @@ def journaled_plan(settings: Settings, row: RunRecord, given: ParamInput | None
     shown = f"journal:{row.run_id} ({row.plan_file})"
     data = redact.loaded_plan(row.plan)
     # the journal wrote it: no need to parse it again, only to give issues a text to point at
-    doc = Document(data=data, file=shown, text=json.dumps(data, indent=2), kind="json")
+    doc = Document.of_data(data, shown)
     merged = run_param_input(row, data, given)
     with no_gc():
         return check_plan(doc, registry, settings, merged, concrete=True,

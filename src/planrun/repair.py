@@ -343,16 +343,13 @@ def _checked(settings: Any, row: Any, data: dict[str, Any], given: Any) -> Any:
         Refused: it no longer passes (it passed a moment ago with another revision
             number: only a changed registry in between can do this), exit 3.
     """
-    import json
-
     from .checking import load_registry, no_gc
     from .errors import Refused
     from .issues import Report
     from .loading import Document
     from .validation import check_plan
 
-    doc = Document(data=data, file=f"plans/{row.plan_name}.yaml",
-                   text=json.dumps(data, indent=2), kind="json")
+    doc = Document.of_data(data, f"plans/{row.plan_name}.yaml")
     with no_gc():
         report, plan = check_plan(doc, load_registry(settings), settings,
                                   revision_params(row, given)(data), concrete=True,

@@ -60,7 +60,7 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
     scope = Scope(out=out, ids=ids, deps=deps, acyclic=cycle is None, registry=registry,
                   steps=steps, declared=params.declared)
     # the source text tells at once whether any string could hold a marker character
-    marks = not isinstance(doc.text, str) or redact.text_may_hold_marks(doc.text)
+    marks = not isinstance(doc.text, str) or doc.may_hold_marks()
     checked = [step for i, raw, model in steps
                if (step := _check_step(scope, params, marks, i, raw, model)) is not None]
     for pname in params.declared:
