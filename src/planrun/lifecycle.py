@@ -266,14 +266,15 @@ def _max_recoveries(plan: CheckedPlan | None, sid: str) -> int:
     return MAX_RECOVERIES if limit is None else int(limit)
 
 
-def _items(journal: Journal, run_id: str) -> dict[str, list[ItemRecord]]:
-    """Item records of the run's fan-out steps that were started."""
+def _items(journal: Journal, run_id: str, rows: list[StepRecord]
+           ) -> dict[str, list[ItemRecord]]:
+    """Item records of the run's fan-out steps that were started (``rows``: its steps)."""
     out: dict[str, list[ItemRecord]] = {}
-    for r in journal.steps(run_id):
+    for r in rows:
         if r.status in ("running", "indeterminate"):
-            rows = journal.items(run_id, r.step_id)
-            if rows:
-                out[r.step_id] = rows
+            items = journal.items(run_id, r.step_id)
+            if items:
+                out[r.step_id] = items
     return out
 
 
@@ -351,8 +352,8 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             plan = _replan(journal, settings, row, given)
             if approve:
                 check_approve(approve, plan)
-            found = analyse(journal.steps(run_id), plan,
-                            row.contracts, _items(journal, run_id))
+            rows = journal.steps(run_id)
+            found = analyse(rows, plan, row.contracts, _items(journal, run_id, rows))
             if found.blocked:
                 journal.mark_indeterminate(run_id, found.blocked,
                                            "running when the run died; effect unknown")
@@ -438,8 +439,8 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         except Refused as exc:
             problems = [i.to_json() for i in exc.report.all_issues()] if isinstance(
                 exc.report, Report) else [{"code": exc.code, "message": exc.message}]
-        found = analyse(journal.steps(run_id), plan, row.contracts,
-                        _items(journal, run_id))
+        rows = journal.steps(run_id)
+        found = analyse(rows, plan, row.contracts, _items(journal, run_id, rows))
         lease = None
         if row.lease is not None:
             lease = {"owner": row.lease.owner, "alive": row.lease.holder_alive(),
