@@ -30,6 +30,12 @@ def _normalise(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
+#: One encoder for every canonical text: ``json.dumps`` with options builds a new
+#: :class:`json.JSONEncoder` per call (~3 µs of the ~6 a small value takes; issue 16).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of a JSON value.
 
@@ -37,8 +43,7 @@ def canonical_json(value: Any) -> str:
         TypeError: ``value`` holds something that is not JSON data.
         ValueError: a NaN or infinite float.
     """
-    return json.dumps(_normalise(value), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(_normalise(value))
 
 
 def digest(value: Any) -> str:

@@ -24,6 +24,10 @@ from ..validation import CheckedStep
 from .base import RunParts
 from .common import MAX_RECOVERIES, Outcome, Slots, inject_fault, internal_error
 
+#: An output is written once to see that it is JSON data (``json.dumps`` with options
+#: would build a new encoder per call).
+_OUTPUT_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
 
 class Attempts(RunParts):
     """The executor's part that calls a tool until it succeeds or its retries are spent."""
@@ -226,7 +230,7 @@ class Attempts(RunParts):
     def _check_output(self, step: CheckedStep, output: Any) -> dict[str, Any] | None:
         """None when ``output`` is JSON data that fits the tool's ``output_schema``."""
         try:
-            text = json.dumps(output, ensure_ascii=False, allow_nan=False)
+            text = _OUTPUT_TEXT.encode(output)
             if not text.isascii():
                 text.encode("utf-8")
         except (TypeError, ValueError) as exc:

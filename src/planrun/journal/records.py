@@ -22,18 +22,23 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+#: The column encoders, built once (``json.dumps`` with options builds one per call).
+_COLUMN = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_COLUMN_ASCII = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: Any) -> str:
     """Compact JSON for a column.
 
     Values arrive in reference form (``planrun.redact``): a secret parameter's value is
     already a reference wherever it was, so nothing here needs to know the secrets.
     """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = _COLUMN.encode(value)
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates (undecodable file names): escape them
-            text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+            text = _COLUMN_ASCII.encode(value)
     return text
 
 

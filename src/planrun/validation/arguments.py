@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .. import redact
@@ -28,6 +29,9 @@ FITS_KEPT = 100_000
 _SHAPED: dict[str, bool] = {}
 
 
+_VALUE_TEXT = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
 def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
     """The memo key of a check of ``arguments`` against ``tool``; None: not memoized.
 
@@ -37,7 +41,6 @@ def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
     if tool.model is not None:
         return None
     import hashlib
-    import json
 
     shaped = _SHAPED.get(tool.contract_key)
     if shaped is None:
@@ -46,8 +49,7 @@ def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
         if shaped:
             kind, text = "shape", shape_of(arguments)
         else:
-            kind, text = "value", json.dumps(arguments, sort_keys=True, ensure_ascii=False,
-                                             allow_nan=False)
+            kind, text = "value", _VALUE_TEXT.encode(arguments)
     except (TypeError, ValueError):
         return None
     return (tool.contract_key, kind,

@@ -95,6 +95,9 @@ def _shape(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
+_SHAPE_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def shape_of(value: Any) -> str:
     """The shape of JSON data as text: keys, list lengths and scalar types, no values.
 
@@ -104,5 +107,4 @@ def shape_of(value: Any) -> str:
         TypeError: ``value`` holds something that is not JSON data (a placeholder not
             resolved yet, say).
     """
-    return json.dumps(_shape(value), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    return _SHAPE_TEXT.encode(_shape(value))
