@@ -5,9 +5,10 @@ No SQL, no jsonschema, no business logic here: the package imports only ``api``,
 ``errors`` (the types it turns into exit statuses), ``__version__`` and, at start-up,
 ``streams`` (the process's own stdout/stderr; importing ``ui`` there would slow every
 start). Heavy modules are imported inside the commands that need them so that
-``planrun --help`` starts fast. Every :class:`~planrun.errors.PlanrunError` becomes one
-message on stderr and the exit status of SPEC §9; anything else is a bug and shows a
-traceback.
+``planrun --help`` starts fast, and the root group converts (and imports the module of)
+only the command that runs (:class:`.app.LazyGroup`). Every
+:class:`~planrun.errors.PlanrunError` becomes one message on stderr and the exit status of
+SPEC §9; anything else is a bug and shows a traceback.
 
 Modules: :mod:`.app` (the application, root options, command order), :mod:`.options`
 (shared options), :mod:`.guard` (errors to exit statuses), :mod:`.run` (execute, resume,

@@ -1,4 +1,8 @@
-"""The Typer application: root options, the commands in help order, and :func:`main`."""
+"""The Typer application: root options, the commands in help order, and :func:`main`.
+
+The root group (:class:`LazyGroup`) converts a command for the parser, and imports its
+module, only when it runs or its help is shown.
+"""
 
 from __future__ import annotations
 
