@@ -73,3 +73,18 @@ def test_the_help_lists_the_commands_as_typer_converting_all_of_them_would(
     assert lazy.stdout == full.stdout
     assert not re.search(r"^\s+completion\s", lazy.stdout, re.M)  # hidden
     assert re.search(r"^\s+policy\s+Inspect the \[policy\]", lazy.stdout, re.M)
+
+
+def test_a_command_registered_on_the_app_itself_is_kept_and_listed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+
+    def hello() -> None:
+        """Say hello."""
+        typer.echo("hello")
+
+    monkeypatch.setattr(app, "registered_commands", list(app.registered_commands))
+    app.command("hello")(hello)
+    assert CliRunner().invoke(app, ["hello"]).stdout == "hello\n"
+    assert re.search(r"^\s+hello\s+Say hello\.", CliRunner().invoke(app, ["--help"]).stdout,
+                     re.M)

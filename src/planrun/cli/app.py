@@ -119,7 +119,8 @@ class LazyGroup(TyperGroup):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.commands = _Commands()
+        added, self.commands = self.commands, _Commands()
+        self.commands.update(added)  # any registered on `app` itself (``app.command()``)
         self._listing = False
 
     def list_commands(self, ctx: click.Context) -> list[str]:
