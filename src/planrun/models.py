@@ -107,6 +107,8 @@ class PlanHead(BaseModel):
 class Plan(PlanHead):
     """The whole plan file (for ``planrun schema plan``)."""
 
+    # Only `planrun schema` uses it: its validator is built then, not at every start.
+    model_config = ConfigDict(**_STRICT, defer_build=True)
     steps: list[Step]
 
 
@@ -164,7 +166,8 @@ def duration_s(text: str) -> float | None:
 class Registry(BaseModel):
     """``tools.yaml``: a mapping of tool names to :class:`Tool` entries."""
 
-    model_config = _STRICT
+    # Only `planrun schema` uses it (tools are checked one by one as Tool).
+    model_config = ConfigDict(**_STRICT, defer_build=True)
     tools: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")], Tool]
 
 

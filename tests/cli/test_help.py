@@ -49,3 +49,42 @@ def test_each_command_has_help(command: str) -> None:
     assert result.exit_code == 0
     assert "--journal" in result.stdout
     assert "--project" in result.stdout
+
+
+@pytest.mark.parametrize("width", [50, 80, 200])
+def test_the_help_lists_the_commands_as_typer_converting_all_of_them_would(
+        width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root group converts a command only when it runs; ``--help`` lists the others
+    from stand-ins. The listing is the one of a group of every command fully converted."""
+    import importlib
+
+    import typer.main
+
+    app_module = importlib.import_module("planrun.cli.app")  # (planrun.cli.app is the app)
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setattr(app_module, "_BUILT", {})  # nothing converted yet
+    lazy = CliRunner().invoke(app, ["--help"])
+    group = typer.main.get_command(app)
+    for name in group.list_commands(None):  # type: ignore[attr-defined]
+        app_module.command(name)  # every command converted: no stand-in is used
+    full = CliRunner().invoke(app, ["--help"])
+    assert lazy.exit_code == full.exit_code == 0
+    assert lazy.stdout == full.stdout
+    assert not re.search(r"^\s+completion\s", lazy.stdout, re.M)  # hidden
+    assert re.search(r"^\s+policy\s+Inspect the \[policy\]", lazy.stdout, re.M)
+
+
+def test_a_command_registered_on_the_app_itself_is_kept_and_listed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+
+    def hello() -> None:
+        """Say hello."""
+        typer.echo("hello")
+
+    monkeypatch.setattr(app, "registered_commands", list(app.registered_commands))
+    app.command("hello")(hello)
+    assert CliRunner().invoke(app, ["hello"]).stdout == "hello\n"
+    assert re.search(r"^\s+hello\s+Say hello\.", CliRunner().invoke(app, ["--help"]).stdout,
+                     re.M)

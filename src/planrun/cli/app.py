@@ -1,17 +1,161 @@
-"""The Typer application: root options, the commands in help order, and :func:`main`."""
+"""The Typer application: root options, the commands in help order, and :func:`main`.
+
+The root group (:class:`LazyGroup`) converts a command for the parser, and imports its
+module, only when it runs or its help is shown.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from .. import __version__
-from . import agents, approvals, importing, maintenance, planning, plans, read, repair, run
 from .options import Shell
+
+if TYPE_CHECKING:
+    # typer's click (vendored from typer 0.29 on): only its types are named here.
+    from typer import _click as click
+
+# The commands, in the order `planrun --help` lists them: name -> (module of planrun.cli,
+# function; a group for "policy"). A command is converted for the parser (and its module
+# imported) only when it is run or its help is shown: converting all 27 of them, a Typer
+# signature walk each, took ~40 ms of every start (issue 16); `planrun --help` lists them
+# from their docstrings without converting them.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("plans", "validate"), "execute": ("run", "execute"),
+    "resume": ("run", "resume"), "approve": ("approvals", "approve"),
+    "deny": ("approvals", "deny"), "resolve": ("run", "resolve"), "retry": ("run", "retry"),
+    "unlock": ("maintenance", "unlock"), "show": ("plans", "show"),
+    "graph": ("plans", "graph"), "tools": ("plans", "tools"), "schema": ("plans", "schema"),
+    "init": ("plans", "init"), "plan": ("planning", "plan"),
+    "repair": ("repair", "repair"),  # issue 13 (SPEC §10)
+    "import": ("importing", "import_plan"),  # issue 17: seed-format plans
+    "completion": ("app", "completion"),  # hidden
+    "status": ("read", "status"), "runs": ("read", "runs"), "log": ("read", "log"),
+    "output": ("read", "output"), "report": ("read", "report"), "plans": ("plans", "plans"),
+    "prune": ("maintenance", "prune_runs"), "forget": ("maintenance", "forget"),
+    "mcp": ("agents", "mcp"),  # serve agents over MCP (optional extra)
+    "policy": ("plans", "policy_check"),  # the group `policy` of one command, `check`
+}
+_HIDDEN = frozenset({"completion"})
+_POLICY_HELP = "Inspect the [policy] of planrun.toml."
+#: Commands converted so far in this process (shared by every conversion of ``app``).
+_BUILT: dict[str, click.Command] = {}
+
+
+def _function(name: str) -> Callable[..., None]:
+    import importlib
+
+    module, attr = _COMMANDS[name]
+    fn: Callable[..., None] = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+    return fn
+
+
+def _sub_app(**kwargs: Any) -> typer.Typer:
+    """A Typer app with the root's settings, to convert one command or group."""
+    return typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None, **kwargs)
+
+
+def _build(name: str) -> click.Command:
+    """The parser's command ``name`` (Typer's conversion, as ``app.command()`` makes it)."""
+    import typer.main
+
+    cmd = _BUILT.get(name)
+    if cmd is not None:
+        return cmd
+    fn = _function(name)
+    if name == "policy":
+        policy_app = _sub_app(help=_POLICY_HELP, no_args_is_help=True)
+        policy_app.command("check")(fn)
+        cmd = typer.main.get_group(policy_app)
+        cmd.name = name
+    else:
+        one = _sub_app()
+        one.command(name, hidden=name in _HIDDEN)(fn)
+        cmd = typer.main.get_command(one)
+    _BUILT[name] = cmd
+    return cmd
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The root group's commands: every name is listed; a command is converted on lookup."""
+
+    def __init__(self) -> None:
+        self._added: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name in self._added:
+            return self._added[name]
+        if name not in _COMMANDS:
+            raise KeyError(name)
+        return _build(name)
+
+    def __setitem__(self, name: str, cmd: click.Command) -> None:
+        self._added[name] = cmd
+
+    def __delitem__(self, name: str) -> None:
+        del self._added[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from _COMMANDS
+        yield from (n for n in self._added if n not in _COMMANDS)
+
+    def __len__(self) -> int:
+        return len(_COMMANDS) + sum(1 for n in self._added if n not in _COMMANDS)
+
+
+class LazyGroup(TyperGroup):
+    """Typer's root group, converting only the command that runs (or whose help is shown).
+
+    Listing the commands (``planrun --help``) uses each command's docstring, as Typer does,
+    through a stand-in that has only the name, help and hidden flag.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        added, self.commands = self.commands, _Commands()
+        self.commands.update(added)  # any registered on `app` itself (``app.command()``)
+        self._listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, in help order (nothing converted)."""
+        return list(self.commands)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, converted now (a stand-in while listing), or None."""
+        if self._listing and cmd_name in _COMMANDS and cmd_name not in _BUILT:
+            return _stand_in(cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The help's list of commands, from stand-ins of those not converted yet."""
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
+
+
+def _stand_in(name: str) -> click.Command:
+    """A command with only the name, help and hidden flag of ``name`` (for listing)."""
+    import inspect
+
+    from typer.core import TyperCommand
+
+    doc = _POLICY_HELP if name == "policy" else inspect.getdoc(_function(name))
+    return TyperCommand(name, help=doc, hidden=name in _HIDDEN, rich_markup_mode=None)
+
+
+def command(name: str) -> click.Command | None:
+    """The parser's command ``name`` (converted now if it was not yet), or None."""
+    return _build(name) if name in _COMMANDS else None
+
 
 app = typer.Typer(
     name="planrun",
@@ -20,6 +164,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     add_completion=True,
+    cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -66,27 +211,6 @@ def completion(
     sys.stdout.write(script)
 
 
-# The commands, in the order `planrun --help` lists them.
-_FIRST: tuple[Callable[..., None], ...] = (
-    plans.validate, run.execute, run.resume, approvals.approve, approvals.deny,
-    run.resolve, run.retry, maintenance.unlock,
-    plans.show, plans.graph, plans.tools, plans.schema, plans.init, planning.plan)
-_THEN: tuple[Callable[..., None], ...] = (
-    read.status, read.runs, read.log, read.output, read.report, plans.plans)
-for _command in _FIRST:
-    app.command()(_command)
-app.command()(repair.repair)  # issue 13 (SPEC §10)
-app.command("import")(importing.import_plan)  # issue 17: seed-format plans
-app.command(hidden=True)(completion)
-policy_app = typer.Typer(help="Inspect the [policy] of planrun.toml.", no_args_is_help=True)
-app.add_typer(policy_app, name="policy")
-policy_app.command("check")(plans.policy_check)
-for _command in _THEN:
-    app.command()(_command)
-app.command("prune")(maintenance.prune_runs)
-app.command()(maintenance.forget)
-app.command()(agents.mcp)  # serve agents over MCP (optional extra)
-
 #: Common flags that may also be given before the command name (``planrun -q execute``).
 _MOVABLE = {"-q", "--quiet", "-v", "--verbose", "--no-color", "--json"}
 
@@ -99,8 +223,6 @@ def common_flags_after_command(argv: list[str]) -> list[str]:
     lists them as common options). A flag the command does not take is left where it
     was, so the parser reports it as usual.
     """
-    import typer.main
-
     i = 0
     before: list[str] = []
     rest = list(argv)
@@ -118,8 +240,7 @@ def common_flags_after_command(argv: list[str]) -> list[str]:
         break
     if not before or i >= len(rest):
         return argv
-    group = typer.main.get_command(app)
-    sub = getattr(group, "commands", {}).get(rest[i])
+    sub = command(rest[i])
     takes = {opt for p in getattr(sub, "params", []) for opt in getattr(p, "opts", [])}
     moved = [w for w in before if w in takes]
     if len(moved) != len(before):
