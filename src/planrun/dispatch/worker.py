@@ -29,9 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import os
+import pickle
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +44,15 @@ from typing import IO, Any
 from .. import procs
 from ..redact import MASK, Secrets
 from ..registry import ToolSpec
-from ..tools import PARAM_ENV_PREFIX, CallTimeout, ToolFailure, call_command, call_python
+from ..tools import (
+    PARAM_ENV_PREFIX,
+    CallTimeout,
+    ToolFailure,
+    call_command,
+    call_python,
+    python_invocation,
+    tool_error,
+)
 from .base import Call
 
 #: How a call ended on the worker, as sent back (plain, picklable data):
@@ -67,8 +78,7 @@ def token(call: Call) -> str:
 
 @dataclass
 class _Running:
-    loop: asyncio.AbstractEventLoop
-    task: asyncio.Task[Any] | None = None
+    stop: Callable[[], object]  # from any thread: the call is given up on here
 
 
 @dataclass
@@ -182,6 +192,26 @@ def check(project: str, registry: str) -> str | None:
     return None
 
 
+def run_batch(project: str, registry: str, payload: bytes) -> bytes:
+    """:func:`run_calls` on a batch sent as one pickle, its answer as one pickle.
+
+    What a Dask task of planrun runs: the calls cross the scheduler as bytes, which it
+    passes on without unpickling and pickling each call again.
+
+    Args:
+        project: the project folder, as planrun sees it (:data:`PROJECT_ENV` overrides).
+        registry: the ``tools.yaml`` path, as planrun sees it.
+        payload: ``pickle`` of the list of :class:`~planrun.dispatch.base.Call`.
+
+    Returns:
+        ``pickle`` of ``(outcomes, seconds)``: one :data:`Outcome` per call, and the
+        seconds each call took here (0 for one not made), by which planrun sizes the
+        batches of the tool.
+    """
+    calls = pickle.loads(payload)
+    return pickle.dumps(_run(project, registry, calls), protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
     """Make each call once, in order, on this worker; returns one outcome per call.
 
@@ -195,6 +225,11 @@ def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
         has problems there) fails with code ``tool_error``. This function never raises
         for a call's own failure; an exception out of it is a bug or a broken worker.
     """
+    return _run(project, registry, calls)[0]
+
+
+def _run(project: str, registry: str, calls: list[Call]
+         ) -> tuple[list[Outcome], list[float]]:
     _prepare()
     root, reg = _where(project, registry)
     tools = _tools(root, reg)
@@ -202,41 +237,44 @@ def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
         if Path.cwd() != root:
             os.chdir(root)  # python tools run in the project folder, like commands
     gone = _task_watch()
-    return asyncio.run(_batch(root, tools, calls, gone))  # one event loop for the batch
+    outcomes: list[Outcome] = []
+    seconds: list[float] = []
+    runner: asyncio.Runner | None = None  # an event loop, once a call needs one
+    try:
+        for call in calls:
+            if gone is not None and gone():
+                outcomes.append(("cancelled", None))
+                seconds.append(0.0)
+                continue
+            started = time.perf_counter()
+            tool = tools.get(call.tool)
+            if tool is not None and tool.kind == "python" \
+                    and not inspect.iscoroutinefunction(tool.func):
+                outcomes.append(_one_sync(tool, call))  # no event loop for a sync tool
+            else:
+                runner = runner or asyncio.Runner()
+                outcomes.append(runner.run(_one(root, tools, call, gone)))
+            seconds.append(time.perf_counter() - started)
+    finally:
+        if runner is not None:
+            runner.close()
+    return outcomes, seconds
 
 
 #: Seconds between two looks at whether the Dask task of a batch is still wanted.
 WATCH_S = 0.5
 
 
-async def _batch(root: Path, tools: dict[str, ToolSpec], calls: list[Call],
-                 gone: Callable[[], bool] | None) -> list[Outcome]:
-    """The calls one after the other; all stopped once nobody wants the task any more."""
-    outcomes: list[Outcome] = []
-    watcher = asyncio.create_task(_watch(gone, calls)) if gone is not None else None
-    try:
-        for call in calls:
-            if gone is not None and gone():
-                outcomes.append(("cancelled", None))
-                continue
-            outcomes.append(await _one(root, tools, call))
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-    return outcomes
-
-
-async def _watch(gone: Callable[[], bool], calls: list[Call]) -> None:
+async def _watch(gone: Callable[[], bool], name: str) -> None:
     """Stop the running call when the task was released (cancelled, or planrun is gone).
 
     A planrun that was killed has no client any more: the scheduler releases its tasks,
     and a command it started here must not run on unnoticed.
     """
-    names = [token(call) for call in calls]
     while True:
         await asyncio.sleep(WATCH_S)
         if gone():
-            stop_calls(names)
+            stop_calls([name])
             return
 
 
@@ -257,7 +295,60 @@ def _task_watch() -> Callable[[], bool] | None:
     return gone
 
 
-async def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
+def _one_sync(tool: ToolSpec, call: Call) -> Outcome:
+    """A sync python call: in a thread of the pool, waited for here (no event loop).
+
+    Like :func:`planrun.tools.call_python`: past its timeout, or once stopped, the call is
+    left to finish in its thread and this returns at once.
+    """
+    name = token(call)
+    over = threading.Event()  # set when the call returned, or was stopped
+    with _STATE.lock:
+        if name in _STATE.stopped:
+            _STATE.stopped.discard(name)
+            return ("cancelled", None)
+        _STATE.running[name] = _Running(over.set)
+    try:
+        try:
+            invoke = python_invocation(tool, call.arguments, call.context, call.secrets)
+        except ToolFailure as exc:
+            return ("failed", exc.error)
+        secret = _SECRETS.set(call.secrets)  # the tool's thread masks what it prints
+        try:
+            context = contextvars.copy_context()
+        finally:
+            _SECRETS.reset(secret)
+        assert _STATE.pool is not None
+        future = _STATE.pool.submit(context.run, invoke)
+        future.add_done_callback(lambda _: over.set())
+        over.wait(call.timeout)  # seconds, or None
+        if not future.done():  # left to finish in its thread
+            if over.is_set():
+                return ("cancelled", None)
+            return ("timeout", {"code": "timeout",
+                                "message": f"call ran past its timeout of {call.timeout} s"})
+        try:
+            output = future.result()
+            if inspect.isawaitable(output):
+                output = asyncio.run(_awaited(output, call.timeout))
+        except TimeoutError:
+            return ("timeout", {"code": "timeout",
+                                "message": f"call ran past its timeout of {call.timeout} s"})
+        except BaseException as exc:  # the tool's own failure, also SystemExit and friends
+            return ("failed", tool_error(exc, call.secrets).error)
+        return ("ok", output, None)
+    finally:
+        with _STATE.lock:
+            _STATE.running.pop(name, None)
+            _STATE.stopped.discard(name)
+
+
+async def _awaited(result: Any, timeout: float | None) -> Any:
+    return await asyncio.wait_for(result, timeout)
+
+
+async def _one(root: Path, tools: dict[str, ToolSpec], call: Call,
+               gone: Callable[[], bool] | None) -> Outcome:
     name = token(call)
     with _STATE.lock:
         if name in _STATE.stopped:
@@ -270,13 +361,17 @@ async def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
                            f"project's tools.yaml ({root})"})
     # Each call is a task of its own, so that stop_calls cancels this call only.
     task = asyncio.create_task(_call(root, tool, call), name=name)
+    loop = asyncio.get_running_loop()
     with _STATE.lock:
-        _STATE.running[name] = _Running(asyncio.get_running_loop(), task)
+        _STATE.running[name] = _Running(lambda: loop.call_soon_threadsafe(task.cancel))
+    watcher = asyncio.create_task(_watch(gone, name)) if gone is not None else None
     try:
         return await task
     except asyncio.CancelledError:
         return ("cancelled", None)
     finally:
+        if watcher is not None:
+            watcher.cancel()
         with _STATE.lock:
             _STATE.running.pop(name, None)
             _STATE.stopped.discard(name)
@@ -335,7 +430,6 @@ def stop_calls(tokens: list[str]) -> int:
                 _STATE.stopped.add(name)
                 continue
             found += 1
-            if running.task is not None:
-                running.loop.call_soon_threadsafe(running.task.cancel)
+            running.stop()
     return found
 
