@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import signal
 import sqlite3
@@ -474,6 +475,29 @@ def test_a_worker_killed_mid_batch_loses_only_that_batch_and_nothing_runs_twice(
     assert sorted(set(ran) | set(rerun)) == list(range(n))
     # what had reported before the kill (succeeded in the first run) never ran again
     assert len(set(ran) - set(rerun)) == f["items"]["succeeded"]
+
+
+def test_a_batch_whose_worker_died_holding_its_outcomes_is_not_run_again(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    """Dask reruns a finished task whose result died with its worker: its calls are not."""
+    from planrun.dispatch import worker
+    from planrun.dispatch.base import Call
+    from planrun.tools import StepContext
+
+    log = tmp_path / "held.log"
+    batch = [Call("rec", {"log": str(log), "name": f"n{i}"},
+                  StepContext(run_id="r-held", step_id="f", item_index=i,
+                              idempotency_key=f"k{i}", attempt=1), None) for i in range(3)]
+    with distributed.Client(cluster.removeprefix("dask:"), timeout=10) as client:
+        future = client.submit(worker.run_batch, str(root), str(root / "tools.yaml"),
+                               pickle.dumps(batch), pure=False, retries=0,
+                               key=f"planrun-r-held/f#0/1-3-{os.urandom(4).hex()}")
+        wait_for(lambda: future.status == "finished", "the batch finishing")
+        assert len(calls(log)) == 3
+        os.kill(calls(log)[0]["pid"], signal.SIGKILL)  # its outcomes die with the worker
+        outcomes, _ = pickle.loads(future.result(timeout=TIMEOUT_S))  # run again by Dask
+    assert outcomes == [("lost", None)] * 3
+    assert len(calls(log)) == 3  # each call made once, not twice
 
 
 def test_a_worker_killed_mid_call_leaves_calls_indeterminate_never_run_twice(

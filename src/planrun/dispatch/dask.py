@@ -463,6 +463,8 @@ def _unpack(outcome: Any, secrets: Secrets) -> Any:
             raise CallTimeout(outcome[1])
         if kind == "cancelled":  # stopped on its worker while planrun still waited for it
             raise CallLost("the call was stopped on its Dask worker (its task was released)")
+        if kind == "lost":  # its task ran again: the first outcome died with its worker
+            raise CallLost("the Dask worker holding its outcome died before planrun had it")
     if isinstance(outcome, CallLost):
         raise outcome
     if type(outcome).__name__ == "KilledWorker":

@@ -57,7 +57,8 @@ from .base import Call
 
 #: How a call ended on the worker, as sent back (plain, picklable data):
 #: ``("ok", output, stderr_tail | None)`` | ``("failed", error)`` (a ToolFailure's error)
-#: | ``("timeout", error)`` | ``("cancelled", None)`` (stopped by :func:`stop_calls`).
+#: | ``("timeout", error)`` | ``("cancelled", None)`` (stopped by :func:`stop_calls`)
+#: | ``("lost", None)`` (not made: its task had run before, see :func:`run_batch`).
 Outcome = tuple[Any, ...]
 
 #: Set in the environment of workers planrun starts itself (``--executor dask``): their
@@ -209,7 +210,49 @@ def run_batch(project: str, registry: str, payload: bytes) -> bytes:
         batches of the tool.
     """
     calls = pickle.loads(payload)
+    if not _first_run():
+        lost: tuple[list[Outcome], list[float]] = ([("lost", None)] * len(calls),
+                                                   [0.0] * len(calls))
+        return pickle.dumps(lost, protocol=pickle.HIGHEST_PROTOCOL)
     return pickle.dumps(_run(project, registry, calls), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _first_run() -> bool:
+    """False when this Dask task ran before: none of its calls may be made again.
+
+    A worker that dies holding a finished task's result (before planrun fetched it) makes
+    the scheduler run the task again, whatever ``allowed-failures`` says: Dask recomputes
+    a lost result. Each task is marked on the scheduler as it starts; a task already
+    marked answers ``("lost", None)`` for each of its calls (planrun: ``call_lost``).
+    """
+    try:
+        from distributed import get_client, get_worker
+
+        key = str(get_worker().get_current_task())
+        client: Any = get_client()  # the worker's own (untyped: checked by the tests)
+    except Exception:  # not in a Dask task (called directly)
+        return True
+    return bool(client.run_on_scheduler(mark_run, key))
+
+
+#: On the scheduler: the planrun tasks that started (see :func:`mark_run`).
+_STARTED: set[str] = set()
+#: Marks kept before the forgotten tasks' marks are dropped.
+_MARKS = 1000
+
+
+def mark_run(key: str, dask_scheduler: Any = None) -> bool:
+    """On the scheduler (``run_on_scheduler``): mark task ``key`` started; False if it was.
+
+    A key the scheduler has forgotten cannot run again (planrun never reuses a key): its
+    mark is dropped once more than :data:`_MARKS` are kept.
+    """
+    if key in _STARTED:
+        return False
+    if len(_STARTED) >= _MARKS and dask_scheduler is not None:
+        _STARTED.intersection_update(dask_scheduler.tasks)
+    _STARTED.add(key)
+    return True
 
 
 def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
