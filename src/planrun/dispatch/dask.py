@@ -20,10 +20,20 @@ after, per call), approvals, retries and timeouts — and Dask only runs calls:
   there. planrun waits :data:`BACKSTOP_S` seconds more (and the timeouts of the calls
   before it in its batch, which run first) before it gives a call up as timed out (a
   worker that does not answer); a call without a timeout is waited for.
-- Calls that become ready together (a fan-out's items) are sent in batches: up to
-  :data:`MAX_BATCH` calls per Dask task, so that a 10,000-item fan-out does not pay
-  Dask's per-task cost 10,000 times; each call is still journaled before and after on its
-  own, and at most ``max_parallel`` calls are under way, so planrun's memory stays bounded.
+- Calls are sent in batches, one Dask task each, so that a 10,000-item fan-out does not
+  pay Dask's per-task cost (several milliseconds of CPU between client, scheduler and
+  worker) 10,000 times: at most :data:`SLOTS_PER_THREAD` tasks per worker thread are
+  under way, and calls that become ready meanwhile wait in planrun and go together, the
+  calls under way shared out over the worker threads (up to :data:`MAX_BATCH` a task),
+  and no more than about :data:`BATCH_S` seconds of work by what the tool's calls took so
+  far. A batch crosses the scheduler as one pickle (the scheduler does not unpickle each
+  call), its outcomes come back as one; each call is still journaled before and after on
+  its own, and at most ``max_parallel`` calls are under way, so planrun's memory stays
+  bounded.
+- A task the scheduler runs a second time because the worker holding its finished result
+  died (Dask recomputes lost results whatever ``allowed-failures`` says) makes none of its
+  calls: each task marks itself on the scheduler as it starts
+  (:func:`worker.mark_run`), and a marked one answers ``call_lost`` for every call.
 - A cancelled call (SIGINT/SIGTERM after the grace period, the run's timeout, a lost
   lease) has its task cancelled and is stopped on the worker (:func:`worker.stop_calls`).
 
