@@ -428,6 +428,45 @@ def test_a_python_call_past_its_timeout_on_the_worker_is_a_timeout(
     assert got["t"]["status"] == "succeeded"  # the worker went on with the next call
 
 
+def test_a_changed_tool_module_is_imported_again_on_the_workers(
+        cluster: str, tmp_path: Path) -> None:
+    """Workers outlive runs: a tool module edited between two runs is not served stale."""
+    proj = tmp_path / "ver"
+    (proj / "plans").mkdir(parents=True)
+    (proj / "tools.yaml").write_text(
+        "tools:\n  ver:\n    python: vermod_i15:version\n"
+        "    arguments: {type: object, properties: {i: {type: integer}}}\n", encoding="utf-8")
+    module = proj / "vermod_i15.py"
+    module.write_text("import os\n\ndef version(i):\n    return [1, os.getpid()]\n",
+                      encoding="utf-8")
+    plan(proj, "ver", """
+      - {id: v, tool: ver, for_each: [0, 1, 2, 3, 4, 5, 6, 7], max_parallel: 8,
+         arguments: {i: "{item}"}}
+    """)
+
+    def outputs() -> list[list[Any]]:
+        r = planrun(proj, "execute", "ver", "--executor", cluster, "--json",
+                    "--max-parallel", "8")
+        assert r.returncode == 0, r.stderr
+        out = planrun(proj, "output", manifest(r)["run_id"], "v")
+        return [list(o) for o in json.loads(out.stdout)]
+
+    workers = set(_worker_pids(cluster))
+    seen: set[int] = set()
+    for _ in range(10):  # until every worker has imported the first version
+        got = outputs()
+        assert {v for v, _ in got} == {1}
+        seen |= {pid for _, pid in got}
+        if seen >= workers:
+            break
+    assert seen >= workers, (seen, workers)
+    module.write_text("import os\n\ndef version(i):\n    return ['two', os.getpid()]\n",
+                      encoding="utf-8")
+    st = module.stat()  # a later modification time, whatever the clock's resolution
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    assert {v for v, _ in outputs()} == {"two"}
+
+
 # --- a worker killed mid-call ------------------------------------------------------------
 
 

@@ -5,8 +5,8 @@ have planrun and the project (its ``tools.yaml`` and tool modules) installed, an
 of planrun's command line, journal or run state is needed there. For each
 :class:`~planrun.dispatch.base.Call` of a batch, in order:
 
-- the project's registry is loaded (once per worker process and registry file version)
-  and the tool is found by name;
+- the project's registry is loaded (once per worker process, and again when
+  ``tools.yaml`` or a tool module's file changed) and the tool is found by name;
 - the tool is called once with :func:`planrun.tools.call_python` or
   :func:`planrun.tools.call_command`, in the project folder, with the call's own timeout
   (a command that runs past it has its whole process group ended: SIGTERM, then SIGKILL);
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import importlib
 import inspect
 import os
 import pickle
@@ -87,7 +88,7 @@ class _State:
     """What one worker process keeps between tasks (guarded by ``lock``)."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
-    registries: dict[tuple[str, int], dict[str, ToolSpec]] = field(default_factory=dict)
+    registries: dict[str, _Loaded] = field(default_factory=dict)  # by tools.yaml path
     running: dict[str, _Running] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)
     keeper: procs.Keeper | None = None
@@ -146,23 +147,56 @@ def _prepare_process() -> None:
     _STATE.pool = ThreadPoolExecutor(thread_name_prefix="planrun-tool")
 
 
+@dataclass
+class _Loaded:
+    """A registry as loaded on this worker, and the files it was loaded from."""
+
+    tools: dict[str, ToolSpec]
+    stamps: dict[str, int]  # tools.yaml and each tool module's file → its mtime (ns)
+    modules: dict[str, str]  # tool module name → its file
+
+
+def _stamp(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _tools(project: Path, registry: Path) -> dict[str, ToolSpec]:
-    """The project's registered tools, loaded once per registry file version."""
+    """The project's registered tools, loaded again when a file they come from changed.
+
+    A long-lived worker serves many runs: when ``tools.yaml`` or the file of a python
+    tool's module has another modification time than when they were loaded, the modules
+    whose file changed are imported afresh and the registry is loaded again (what those
+    modules import themselves is not: restart the workers after changing it).
+    """
     from ..registry import load_registry
 
-    try:
-        version = registry.stat().st_mtime_ns
-    except OSError:
-        version = 0
-    key = (str(registry), version)
     with _STATE.lock:
-        found = _STATE.registries.get(key)
-    if found is None:
-        loaded, _issues = load_registry(registry)  # a tool with issues is left out
-        found = dict(loaded.tools)
-        with _STATE.lock:
-            _STATE.registries[key] = found
-    return found
+        found = _STATE.registries.get(str(registry))
+    if found is not None and all(_stamp(f) == v for f, v in found.stamps.items()):
+        return found.tools
+    if found is not None:  # a file changed: its module is imported again
+        changed = {f for f, v in found.stamps.items() if _stamp(f) != v}
+        for name, file in found.modules.items():
+            if file in changed:
+                sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+    stamps = {str(registry): _stamp(str(registry))}
+    loaded, _issues = load_registry(registry)  # a tool with issues is left out
+    tools = dict(loaded.tools)
+    modules: dict[str, str] = {}
+    for tool in tools.values():
+        if tool.entry.python:
+            module = tool.entry.python.partition(":")[0]
+            path = getattr(sys.modules.get(module), "__file__", None)
+            if path:
+                modules[module] = str(path)
+                stamps[str(path)] = _stamp(str(path))
+    with _STATE.lock:
+        _STATE.registries[str(registry)] = _Loaded(tools, stamps, modules)
+    return tools
 
 
 def _where(project: str, registry: str) -> tuple[Path, Path]:
