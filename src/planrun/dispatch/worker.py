@@ -13,6 +13,10 @@ of planrun's command line, journal or run state is needed there. For each
 - what comes back is an :data:`Outcome` — plain data, masked: errors and stderr tails in
   reference form, exactly as the local dispatcher gives them.
 
+A batch comes as one pickle and goes back as one (:func:`run_batch`). Before it runs, a
+task marks itself on the scheduler (:func:`mark_run`): a task the scheduler runs again
+because the worker holding its result died makes none of its calls.
+
 Commands' process groups are registered with a keeper process of the worker
 (:class:`planrun.procs.Keeper`): a worker that is killed (``kill -9``, out of memory) does
 not leave its commands running. What python tools print on the worker goes to the
