@@ -608,6 +608,31 @@ def test_a_second_sigint_stops_the_command_on_the_worker(root: Path, cluster: st
     assert wait_for(lambda: group_gone(pgid), f"the end of group {pgid}", 15)
 
 
+def test_a_python_call_of_a_killed_planrun_frees_its_worker_thread(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    log, until = tmp_path / "free.log", tmp_path / "never"
+    plan(root, "free", f"""
+      - {{id: h, tool: hold, arguments: {{log: "{log}", until: "{until}"}}}}
+    """)
+    proc = start(root, tmp_path, "execute", "free", "--executor", cluster)
+    mark = wait_for(lambda: [e for e in entries(log) if e["event"] == "start"],
+                    "the call starting")[0]
+    os.killpg(proc.pid, signal.SIGKILL)  # planrun dies; its task is released
+    proc.wait()
+    try:
+        # a python call cannot be killed: it goes on in its thread, but the worker's own
+        # thread, which waited for it, is free again for other tasks
+        with distributed.Client(cluster.removeprefix("dask:"), timeout=10) as client:
+            address = next(a for a, pid in client.run(os.getpid).items()
+                           if pid == mark["pid"])
+            future = client.submit(os.getpid, workers=[address], allow_other_workers=False,
+                                   pure=False)
+            assert future.result(timeout=20) == mark["pid"]
+        assert calls(log, "h") == []  # still held
+    finally:
+        until.touch()
+
+
 def test_a_command_of_a_killed_planrun_does_not_run_on_on_the_worker(
         root: Path, cluster: str, tmp_path: Path) -> None:
     pidfile = tmp_path / "orphan.pid"

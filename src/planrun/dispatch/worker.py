@@ -331,7 +331,7 @@ def _run(project: str, registry: str, calls: list[Call]
             tool = tools.get(call.tool)
             if tool is not None and tool.kind == "python" \
                     and not inspect.iscoroutinefunction(tool.func):
-                outcomes.append(_one_sync(tool, call))  # no event loop for a sync tool
+                outcomes.append(_one_sync(tool, call, gone))  # no event loop
             else:
                 runner = runner or asyncio.Runner()
                 outcomes.append(runner.run(_one(root, tools, call, gone)))
@@ -376,11 +376,13 @@ def _task_watch() -> Callable[[], bool] | None:
     return gone
 
 
-def _one_sync(tool: ToolSpec, call: Call) -> Outcome:
+def _one_sync(tool: ToolSpec, call: Call, gone: Callable[[], bool] | None) -> Outcome:
     """A sync python call: in a thread of the pool, waited for here (no event loop).
 
-    Like :func:`planrun.tools.call_python`: past its timeout, or once stopped, the call is
-    left to finish in its thread and this returns at once.
+    Like :func:`planrun.tools.call_python`: past its timeout, once stopped, or once the
+    Dask task is released (``gone``, looked at every :data:`WATCH_S` seconds: planrun
+    cancelled it or is gone), the call is left to finish in its thread and this returns,
+    so that the worker's own thread is free for other tasks.
     """
     name = token(call)
     over = threading.Event()  # set when the call returned, or was stopped
@@ -402,9 +404,9 @@ def _one_sync(tool: ToolSpec, call: Call) -> Outcome:
         assert _STATE.pool is not None
         future = _STATE.pool.submit(context.run, invoke)
         future.add_done_callback(lambda _: over.set())
-        over.wait(call.timeout)  # seconds, or None
+        released = _wait(over, call.timeout, gone)
         if not future.done():  # left to finish in its thread
-            if over.is_set():
+            if released or over.is_set():
                 return ("cancelled", None)
             return ("timeout", {"code": "timeout",
                                 "message": f"call ran past its timeout of {call.timeout} s"})
@@ -422,6 +424,20 @@ def _one_sync(tool: ToolSpec, call: Call) -> Outcome:
         with _STATE.lock:
             _STATE.running.pop(name, None)
             _STATE.stopped.discard(name)
+
+
+def _wait(over: threading.Event, timeout: float | None,
+          gone: Callable[[], bool] | None) -> bool:
+    """Wait until ``over`` is set or ``timeout`` seconds passed; True: the task was released."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = WATCH_S if deadline is None else min(WATCH_S, deadline - time.monotonic())
+        if over.wait(max(0.0, left)):
+            return False
+        if gone is not None and gone():
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 async def _awaited(result: Any, timeout: float | None) -> Any:
