@@ -303,11 +303,12 @@ class DaskDispatcher(Dispatcher):
 
         The calls under way (sent and waiting; the most seen in the last one to two
         :data:`PEAK_S` windows, so that a wave of outcomes being handled does not make the
-        next batches small) spread over the worker threads, at most :data:`MAX_BATCH` a
-        batch, and no more than about :data:`BATCH_S` seconds of work by what each call's
-        tool took so far (a tool not seen yet counts as :data:`BATCH_S` / 8): a slow tool
-        goes a call or a few to a task, so that its calls spread over the workers and a
-        worker that dies takes few outcomes with it.
+        next batches small) spread over the worker threads (over every task slot while
+        the tool has not been seen yet), at most :data:`MAX_BATCH` a batch, and no more
+        than about :data:`BATCH_S` seconds of work by what each call's tool took so far (a
+        tool not seen yet counts as :data:`BATCH_S` / 8): a slow tool goes a call or a
+        few to a task, so that its calls spread over the workers and a worker that dies
+        takes few outcomes with it.
         """
         queue = self._queue
         under_way = len(self._batches) + len(queue)
@@ -315,7 +316,10 @@ class DaskDispatcher(Dispatcher):
         if now - self._peak_at > PEAK_S:  # a new window: the last one's peak is kept
             self._peaks, self._peak_at = (self._peaks[1], 0), now
         self._peaks = (self._peaks[0], max(self._peaks[1], under_way))
-        size = min(MAX_BATCH, len(queue), -(-max(self._peaks) // self._threads))
+        # a tool not seen yet may be slow: its calls spread over every task slot
+        spread = self._threads if queue[0].call.tool in self._seconds else \
+            SLOTS_PER_THREAD * self._threads
+        size = min(MAX_BATCH, len(queue), -(-max(self._peaks) // spread))
         work, taken = 0.0, 0
         for p in itertools.islice(queue, size):
             work += self._seconds.get(p.call.tool, BATCH_S / 8)
