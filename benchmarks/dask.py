@@ -15,13 +15,16 @@ alone would start one per run, about 3 s here). Figures:
   (``2 * item``, one call per item, each journaled before and after), ``join`` sums the
   outputs (checked). Whole-process items/s, the run alone (manifest ``duration_s``) per
   item, the CPU time (user + system) of the planrun process per item, and its peak RSS
-  (both from ``os.wait4``: that process only, not the workers). The same plan with
-  ``--executor local`` for comparison.
+  (both from ``os.wait4``: that process only, not the workers); the CPU time per item of
+  the scheduler (this process, which hosts it) and of the worker processes. The same plan
+  with ``--executor local`` for comparison.
 - **CPU-bound calls**: a fan-out of M python calls, each hashing a 4 MiB buffer with
   SHA-256 in 1 KiB updates, 48 times (the GIL is held: hashlib only releases it for
   updates of 2 KiB or more), with ``--max-parallel W``: wall seconds with ``local``
   (threads of one process) and with ``dask`` (W worker processes).
 
+The planrun measured is the one ``python -m planrun`` imports with the ``PYTHONPATH``
+given (the project's folder is put first). The load average is printed before and after.
 Not a test: nothing checks a timing. Results are in benchmarks/README.md.
 """
 
@@ -144,6 +147,21 @@ def execute(root: Path, plan: str, executor: str, env: dict[str, str], parallel:
             "cpu": usage.ru_utime + usage.ru_stime}
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _cluster_cpu(workers: list[Any]) -> tuple[float, float]:
+    """CPU seconds (user + system) so far of this process (the scheduler and the nannies of
+    the LocalCluster: the benchmark itself only waits meanwhile) and of the workers."""
+    own = os.times()
+    spent = 0.0
+    for proc in workers:
+        times = proc.cpu_times()
+        spent += times.user + times.system
+    return own.user + own.system, spent
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -162,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import dask
         import distributed
+        import psutil  # a dependency of distributed
     except ImportError:
         print("benchmarks/dask.py needs planrun[dask]", file=sys.stderr)
         return 2
@@ -169,18 +188,25 @@ def main(argv: list[str] | None = None) -> int:
             dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         base = Path(tmp)
         root = project(base, items, cpu_items, args.max_parallel, args.workers)
+        # the project's tool module first, then the planrun source measured (PYTHONPATH)
         env = {**os.environ, "PLANRUN_JOURNAL": str(base / "journal.sqlite3"),
-               "PYTHONPATH": str(root)}
+               "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [
+                   os.environ.get("PYTHONPATH")])])}
         cluster = distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1,
                                            processes=True, host="127.0.0.1",
                                            dashboard_address=None)
         address = f"dask:{cluster.scheduler_address}"
         rows: list[tuple[str, str]] = []
+        print(f"load average at start: {_load()}", flush=True)
         try:
             execute(root, "cpu", address, env, args.workers)  # warm-up: workers import the tools
+            with distributed.Client(cluster) as client:
+                workers = [psutil.Process(pid) for pid in client.run(os.getpid).values()]
             for executor in (address, "local"):
                 name = "dask" if executor != "local" else "local"
+                before = _cluster_cpu(workers)
                 got = execute(root, "w2", executor, env, args.max_parallel)
+                spent = [a - b for a, b in zip(_cluster_cpu(workers), before, strict=True)]
                 m = got["manifest"]
                 assert m["status"] == "completed", m
                 run = m["duration_s"]
@@ -194,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
                     (f"W2 {items:,} items, --executor {name}, peak RSS of planrun",
                      f"{got['rss'] / 1e6:.0f} MB"),
                 ]
+                if executor != "local":
+                    rows.append((f"W2 {items:,} items, --executor {name}, CPU of the scheduler "
+                                 "/ of the workers per item",
+                                 f"{spent[0] / items * 1000:.3f} ms / "
+                                 f"{spent[1] / items * 1000:.3f} ms"))
             for executor in ("local", address):
                 name = "dask" if executor != "local" else "local"
                 got = execute(root, "cpu", executor, env, args.workers)
@@ -201,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"--executor {name}", f"{got['wall']:.2f} s wall"))
         finally:
             cluster.close()
+    rows.append(("load average at the end", _load()))
     width = max(len(r[0]) for r in rows)
     print(f"| {'figure'.ljust(width)} | measured |")
     print(f"|{'-' * (width + 2)}|----------|")

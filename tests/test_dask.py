@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import signal
 import sqlite3
 import subprocess
@@ -63,6 +65,20 @@ tools:
       type: object
       properties: {log: {type: string}, token: {type: string}}
       required: [log, token]
+  nap:
+    python: dasktools:nap
+    idempotent: true
+    arguments:
+      type: object
+      properties: {log: {type: string}, s: {type: number}}
+      required: [log, s]
+  gate:
+    python: dasktools:gate
+    idempotent: true
+    arguments:
+      type: object
+      properties: {log: {type: string}, until: {type: string}, hold: {type: boolean}}
+      required: [log, until, hold]
   sleeper:
     command: ["sh", "-c", "echo $$ > \\"$0\\"; sleep 60 & sleep 60", "{pidfile}"]
     arguments:
@@ -110,6 +126,24 @@ def hold(log, until):
         time.sleep(0.02)
     _log(log, event="call")
     return {"held": until}
+
+
+def nap(log, s):
+    time.sleep(s)
+    _log(log, event="call")
+    return {"slept": s}
+
+
+def gate(log, until, hold):
+    if hold:
+        _log(log, event="start")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(until):
+            if time.monotonic() > deadline:
+                raise TimeoutError(until)
+            time.sleep(0.02)
+    _log(log, event="call")
+    return {"held": hold}
 
 
 def chatty(log, token):
@@ -194,6 +228,19 @@ def wait_for(check: Any, what: str, timeout: float = 30.0) -> Any:
             return found
         time.sleep(0.05)
     raise AssertionError(f"{what} did not happen in {timeout} s")
+
+
+def quiet(log: Path, still_s: float = 0.5, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The calls of ``log`` once no new one came for ``still_s`` seconds."""
+    deadline = time.monotonic() + timeout
+    seen = calls(log)
+    while time.monotonic() < deadline:
+        time.sleep(still_s)
+        now = calls(log)
+        if len(now) == len(seen):
+            return now
+        seen = now
+    raise AssertionError(f"{log} kept growing for {timeout} s")
 
 
 def manifest(r: Result) -> dict[str, Any]:
@@ -331,7 +378,165 @@ def test_planrun_starts_its_own_cluster_from_planrun_toml(tmp_path: Path) -> Non
     assert secret not in r.stdout + r.stderr
 
 
+def _tasks_of(cluster: str, run_id: str, step: str) -> list[tuple[int, int]]:
+    """(first item, calls) of each Dask task of a fan-out, from the scheduler's log."""
+    def keys(dask_scheduler: Any = None) -> list[str]:
+        return [str(t[0]) for t in dask_scheduler.transition_log]
+
+    with distributed.Client(cluster.removeprefix("dask:"), timeout=10) as client:
+        found = client.run_on_scheduler(keys)
+    pattern = re.compile(rf"planrun-{run_id}/{step}#(\d+)/\d+-(\d+)-[0-9a-f]{{8}}")
+    return sorted({(int(m[1]), int(m[2])) for k in found if (m := pattern.fullmatch(k))})
+
+
+def test_a_slow_tool_goes_few_calls_to_a_task_once_its_time_is_known(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    log = tmp_path / "nap.log"
+    plan(root, "naps", f"""
+      - id: f
+        tool: nap
+        for_each: {list(range(40))}
+        max_parallel: 40
+        arguments: {{log: "{log}", s: 0.2}}
+    """)
+    r = planrun(root, "execute", "naps", "--executor", cluster, "--json",
+                "--max-parallel", "40")
+    assert r.returncode == 0, r.stderr
+    m = manifest(r)
+    assert sorted(c["item"] for c in calls(log)) == list(range(40))  # each exactly once
+    tasks = _tasks_of(cluster, m["run_id"], "f")
+    assert sum(n for _, n in tasks) == 40, tasks
+    # 40 calls under way on 2 worker threads: the tool's time not known yet, the first
+    # four tasks take 8 calls each (about 0.5 s of work at 1/16 s a call)...
+    assert tasks[:4] == [(0, 8), (8, 8), (16, 8), (24, 8)], tasks
+    # ...then, at 0.2 s a call, at most 2 calls (0.5 s) go to a task, not 20
+    assert all(n <= 2 for first, n in tasks if first >= 32), tasks
+
+
+def test_a_python_call_past_its_timeout_on_the_worker_is_a_timeout(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    log = tmp_path / "late.log"
+    plan(root, "late", f"""
+      - {{id: s, tool: nap, timeout: 1, arguments: {{log: "{log}", s: 4}}}}
+      - {{id: t, tool: nap, arguments: {{log: "{log}", s: 0}}}}
+    """)
+    r = planrun(root, "execute", "late", "--executor", cluster, "--json", "--keep-going")
+    assert r.returncode == 1, r.stderr
+    got = steps(manifest(r))
+    assert (got["s"]["status"], got["s"]["error"]["code"]) == ("failed", "timeout")
+    assert "timeout of 1" in got["s"]["error"]["message"]
+    assert got["t"]["status"] == "succeeded"  # the worker went on with the next call
+
+
+def test_a_changed_tool_module_is_imported_again_on_the_workers(
+        cluster: str, tmp_path: Path) -> None:
+    """Workers outlive runs: a tool module edited between two runs is not served stale."""
+    proj = tmp_path / "ver"
+    (proj / "plans").mkdir(parents=True)
+    (proj / "tools.yaml").write_text(
+        "tools:\n  ver:\n    python: vermod_i15:version\n"
+        "    arguments: {type: object, properties: {i: {type: integer}}}\n", encoding="utf-8")
+    module = proj / "vermod_i15.py"
+    module.write_text("import os\n\ndef version(i):\n    return [1, os.getpid()]\n",
+                      encoding="utf-8")
+    plan(proj, "ver", """
+      - {id: v, tool: ver, for_each: [0, 1, 2, 3, 4, 5, 6, 7], max_parallel: 8,
+         arguments: {i: "{item}"}}
+    """)
+
+    def outputs() -> list[list[Any]]:
+        r = planrun(proj, "execute", "ver", "--executor", cluster, "--json",
+                    "--max-parallel", "8")
+        assert r.returncode == 0, r.stderr
+        out = planrun(proj, "output", manifest(r)["run_id"], "v")
+        return [list(o) for o in json.loads(out.stdout)]
+
+    workers = set(_worker_pids(cluster))
+    seen: set[int] = set()
+    for _ in range(10):  # until every worker has imported the first version
+        got = outputs()
+        assert {v for v, _ in got} == {1}
+        seen |= {pid for _, pid in got}
+        if seen >= workers:
+            break
+    assert seen >= workers, (seen, workers)
+    module.write_text("import os\n\ndef version(i):\n    return ['two', os.getpid()]\n",
+                      encoding="utf-8")
+    st = module.stat()  # a later modification time, whatever the clock's resolution
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    assert {v for v, _ in outputs()} == {"two"}
+
+
 # --- a worker killed mid-call ------------------------------------------------------------
+
+
+def test_a_worker_killed_mid_batch_loses_only_that_batch_and_nothing_runs_twice(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    """A large batch held by one call: the worker is killed; what had reported stays."""
+    log, until = tmp_path / "gate.log", tmp_path / "open"
+    n, held = 120, 70
+    plan(root, "gates", f"""
+      - id: f
+        tool: gate
+        for_each: {json.dumps([i == held for i in range(n)])}
+        max_parallel: {n}
+        on_item_error: continue
+        arguments: {{log: "{log}", until: "{until}", hold: "{{item}}"}}
+    """)
+    proc = start(root, tmp_path, "execute", "gates", "--executor", cluster, "--json",
+                 "--max-parallel", str(n))
+    mark = wait_for(lambda: [e for e in entries(log) if e["event"] == "start"],
+                    "the held call starting")[0]
+    before = quiet(log)  # every other call that can report did: the log stopped growing
+    os.kill(mark["pid"], signal.SIGKILL)  # the worker, in the middle of its batch
+    r = finish(proc, tmp_path)
+    assert r.returncode == 1, r.stderr
+    m = manifest(r)
+    f = steps(m)["f"]
+    assert f["status"] == "indeterminate", f
+    lost = n - f["items"]["succeeded"]
+    assert lost >= 1  # the held call, and the calls of its batch and worker
+    # the calls of the batch that ran before the held one had no outcome back: they are
+    # among the lost, never succeeded; every call ran at most once
+    ran = sorted(c["item"] for c in before)
+    assert len(ran) == len(set(ran))
+    until.touch()
+    again = planrun(root, "retry", m["run_id"], "--executor", cluster, "--json")
+    assert again.returncode == 0, again.stderr
+    assert manifest(again)["status"] == "completed"
+    after = calls(log)[len(before):]
+    rerun = sorted(c["item"] for c in after)
+    # exactly the items that had not reported ran again, each once, under the same key
+    assert len(rerun) == len(set(rerun)) == lost, (rerun, lost)
+    assert held in rerun
+    keys = {c["item"]: c["key"] for c in before}
+    assert all(keys.get(c["item"], c["key"]) == c["key"] for c in after)
+    assert sorted(set(ran) | set(rerun)) == list(range(n))
+    # what had reported before the kill (succeeded in the first run) never ran again
+    assert len(set(ran) - set(rerun)) == f["items"]["succeeded"]
+
+
+def test_a_batch_whose_worker_died_holding_its_outcomes_is_not_run_again(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    """Dask reruns a finished task whose result died with its worker: its calls are not."""
+    from planrun.dispatch import worker
+    from planrun.dispatch.base import Call
+    from planrun.tools import StepContext
+
+    log = tmp_path / "held.log"
+    batch = [Call("rec", {"log": str(log), "name": f"n{i}"},
+                  StepContext(run_id="r-held", step_id="f", item_index=i,
+                              idempotency_key=f"k{i}", attempt=1), None) for i in range(3)]
+    with distributed.Client(cluster.removeprefix("dask:"), timeout=10) as client:
+        future = client.submit(worker.run_batch, str(root), str(root / "tools.yaml"),
+                               pickle.dumps(batch), pure=False, retries=0,
+                               key=f"planrun-r-held/f#0/1-3-{os.urandom(4).hex()}")
+        wait_for(lambda: future.status == "finished", "the batch finishing")
+        assert len(calls(log)) == 3
+        os.kill(calls(log)[0]["pid"], signal.SIGKILL)  # its outcomes die with the worker
+        outcomes, _ = pickle.loads(future.result(timeout=TIMEOUT_S))  # run again by Dask
+    assert outcomes == [("lost", None)] * 3
+    assert len(calls(log)) == 3  # each call made once, not twice
 
 
 def test_a_worker_killed_mid_call_leaves_calls_indeterminate_never_run_twice(
@@ -401,6 +606,31 @@ def test_a_second_sigint_stops_the_command_on_the_worker(root: Path, cluster: st
     assert m["status"] == "interrupted"
     assert steps(m)["s"]["status"] == "indeterminate"
     assert wait_for(lambda: group_gone(pgid), f"the end of group {pgid}", 15)
+
+
+def test_a_python_call_of_a_killed_planrun_frees_its_worker_thread(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    log, until = tmp_path / "free.log", tmp_path / "never"
+    plan(root, "free", f"""
+      - {{id: h, tool: hold, arguments: {{log: "{log}", until: "{until}"}}}}
+    """)
+    proc = start(root, tmp_path, "execute", "free", "--executor", cluster)
+    mark = wait_for(lambda: [e for e in entries(log) if e["event"] == "start"],
+                    "the call starting")[0]
+    os.killpg(proc.pid, signal.SIGKILL)  # planrun dies; its task is released
+    proc.wait()
+    try:
+        # a python call cannot be killed: it goes on in its thread, but the worker's own
+        # thread, which waited for it, is free again for other tasks
+        with distributed.Client(cluster.removeprefix("dask:"), timeout=10) as client:
+            address = next(a for a, pid in client.run(os.getpid).items()
+                           if pid == mark["pid"])
+            future = client.submit(os.getpid, workers=[address], allow_other_workers=False,
+                                   pure=False)
+            assert future.result(timeout=20) == mark["pid"]
+        assert calls(log, "h") == []  # still held
+    finally:
+        until.touch()
 
 
 def test_a_command_of_a_killed_planrun_does_not_run_on_on_the_worker(

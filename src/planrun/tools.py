@@ -227,6 +227,57 @@ async def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any) -
         raise
 
 
+def _python_kwargs(tool: ToolSpec, arguments: dict[str, Any], secrets: Secrets
+                   ) -> dict[str, Any]:
+    """The keyword arguments of a python tool's call (through its model, when it has one)."""
+    if tool.model is None:
+        return arguments
+    model, problems = validate_model(tool.model, arguments, secrets)
+    if problems:
+        raise ToolFailure({"code": "arguments", "message": secrets.conceal_text("; ".join(
+            f"{where or '/'}: {message}" for where, message in problems))})
+    return {name: getattr(model, name) for name in type(model).model_fields}
+
+
+def tool_error(exc: BaseException, secrets: Secrets) -> ToolFailure:
+    """A python tool's own exception as its failure (code ``tool_error``, masked)."""
+    try:
+        tb = secrets.conceal_text("".join(traceback.format_exception(exc)))
+    except Exception:
+        tb = None
+    error = {"code": "tool_error", "type": type(exc).__name__,
+             "message": _describe(exc, secrets)}
+    if tb:
+        error["traceback"] = tb
+    return ToolFailure(error)
+
+
+def python_invocation(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
+                      secrets: Secrets | None = None) -> Callable[[], Any]:
+    """A sync python tool's call as a function of nothing, to run in a thread.
+
+    The function sets :func:`context` for the call and returns what the tool returns (or
+    raises what it raises: :func:`tool_error` makes that its failure). Used by
+    :func:`call_python` and by the Dask worker, which calls sync tools without an event
+    loop.
+
+    Raises:
+        ToolFailure: the arguments do not fit the tool's model (code ``arguments``).
+    """
+    func = tool.func
+    assert func is not None
+    kwargs = _python_kwargs(tool, arguments, _secrets(secrets))
+
+    def invoke() -> Any:
+        token = _CONTEXT.set(ctx)
+        try:
+            return func(**kwargs)
+        finally:
+            _CONTEXT.reset(token)
+
+    return invoke
+
+
 async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContext,
                       pool: Executor | None, timeout: float | None,
                       secrets: Secrets | None = None) -> Any:
@@ -240,24 +291,15 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
     """
     func = tool.func
     assert func is not None
-    kwargs = arguments
     secrets = _secrets(secrets)
-    if tool.model is not None:
-        model, problems = validate_model(tool.model, arguments, secrets)
-        if problems:
-            raise ToolFailure({"code": "arguments", "message": secrets.conceal_text("; ".join(
-                f"{where or '/'}: {message}" for where, message in problems))})
-        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
-
-    def invoke() -> Any:
-        token = _CONTEXT.set(ctx)
-        try:
-            return func(**kwargs)
-        finally:
-            _CONTEXT.reset(token)
+    is_async = inspect.iscoroutinefunction(func)
+    if is_async:
+        kwargs = _python_kwargs(tool, arguments, secrets)
+    else:
+        invoke = python_invocation(tool, arguments, ctx, secrets)
 
     try:
-        if inspect.iscoroutinefunction(func):
+        if is_async:
             async def run_async() -> Any:
                 _CONTEXT.set(ctx)
                 return await func(**kwargs)
@@ -274,15 +316,7 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # the tool's own failure, also SystemExit and friends
-        try:
-            tb = secrets.conceal_text("".join(traceback.format_exception(exc)))
-        except Exception:
-            tb = None
-        error = {"code": "tool_error", "type": type(exc).__name__,
-                 "message": _describe(exc, secrets)}
-        if tb:
-            error["traceback"] = tb
-        raise ToolFailure(error) from None
+        raise tool_error(exc, secrets) from None
     return result
 
 

@@ -20,10 +20,20 @@ after, per call), approvals, retries and timeouts — and Dask only runs calls:
   there. planrun waits :data:`BACKSTOP_S` seconds more (and the timeouts of the calls
   before it in its batch, which run first) before it gives a call up as timed out (a
   worker that does not answer); a call without a timeout is waited for.
-- Calls that become ready together (a fan-out's items) are sent in batches: up to
-  :data:`MAX_BATCH` calls per Dask task, so that a 10,000-item fan-out does not pay
-  Dask's per-task cost 10,000 times; each call is still journaled before and after on its
-  own, and at most ``max_parallel`` calls are under way, so planrun's memory stays bounded.
+- Calls are sent in batches, one Dask task each, so that a 10,000-item fan-out does not
+  pay Dask's per-task cost (several milliseconds of CPU between client, scheduler and
+  worker) 10,000 times: at most :data:`SLOTS_PER_THREAD` tasks per worker thread are
+  under way, and calls that become ready meanwhile wait in planrun and go together, the
+  calls under way shared out over the worker threads (up to :data:`MAX_BATCH` a task),
+  and no more than about :data:`BATCH_S` seconds of work by what the tool's calls took so
+  far. A batch crosses the scheduler as one pickle (the scheduler does not unpickle each
+  call), its outcomes come back as one; each call is still journaled before and after on
+  its own, and at most ``max_parallel`` calls are under way, so planrun's memory stays
+  bounded.
+- A task the scheduler runs a second time because the worker holding its finished result
+  died (Dask recomputes lost results whatever ``allowed-failures`` says) makes none of its
+  calls: each task marks itself on the scheduler as it starts
+  (:func:`worker.mark_run`), and a marked one answers ``call_lost`` for every call.
 - A cancelled call (SIGINT/SIGTERM after the grace period, the run's timeout, a lost
   lease) has its task cancelled and is stopped on the worker (:func:`worker.stop_calls`).
 
@@ -35,8 +45,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import itertools
 import os
+import pickle
+import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +62,13 @@ from . import worker
 from .base import Call, CallLost, Dispatcher, Watch
 
 #: Most calls sent in one Dask task.
-MAX_BATCH = 64
+MAX_BATCH = 256
+#: Seconds of work a batch is meant to hold, by what its calls' tools took so far.
+BATCH_S = 0.5
+#: Dask tasks under way per worker thread of the cluster.
+SLOTS_PER_THREAD = 2
+#: Seconds the most calls under way is remembered for (batch sizes follow it).
+PEAK_S = 1.0
 #: Seconds planrun waits past a call's own timeout before it gives the call up.
 BACKSTOP_S = KILL_GRACE_S + 10.0
 #: Seconds to wait for a scheduler to answer when connecting (Dask's own setting
@@ -97,11 +116,15 @@ class DaskDispatcher(Dispatcher):
         self.abandoned = 0
         self._client: Any = None
         self._cluster: Any = None
-        self._queue: list[_Pending] = []
+        self._queue: deque[_Pending] = deque()  # calls waiting for a free task slot
+        self._waking = False
+        self._ended = False
+        self._seconds: dict[str, float] = {}  # tool → seconds a call takes (on average)
+        self._threads = 1  # worker threads of the cluster
+        self._peaks, self._peak_at = (0, 0), 0.0  # most calls under way: last, this window
         self._batches: dict[str, _Batch] = {}  # token → its batch, while under way
         self._by_key: dict[str, _Batch] = {}  # Dask key → batch
         self._stops: list[str] = []
-        self._nthreads = 1
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- the cluster ----------------------------------------------------------------------
@@ -179,7 +202,7 @@ class DaskDispatcher(Dispatcher):
                 f"(worker {address}: {why[:300]}); nothing ran",
                 hint="Every worker needs planrun (pip install 'planrun[dask]') and the "
                 "project, at the same path or at PLANRUN_WORKER_PROJECT.")
-        self._nthreads = max(1, sum(client.nthreads().values()))
+        self._threads = max(1, sum(client.nthreads().values()))
 
     def close(self) -> None:
         """Disconnect (and stop the local cluster). Idempotent; never raises."""
@@ -204,6 +227,7 @@ class DaskDispatcher(Dispatcher):
         """
         here = self._client is None
         self.open()
+        self._ended = False
         try:
             yield
         finally:
@@ -231,9 +255,8 @@ class DaskDispatcher(Dispatcher):
         """
         loop = self._loop = asyncio.get_running_loop()
         pending = _Pending(call, loop.create_future(), worker.token(call))
-        if not self._queue:
-            loop.call_soon(self._send)
         self._queue.append(pending)
+        self._wake()
         try:
             outcome = await pending.done
         except asyncio.CancelledError:
@@ -251,54 +274,98 @@ class DaskDispatcher(Dispatcher):
             watch.stderr(outcome[2])
         return _unpack(outcome, call.secrets)
 
-    def _send(self) -> None:
-        """Submit the queued calls, in batches (one Dask task each)."""
-        queued, self._queue = self._queue, []
-        queued = [p for p in queued if not p.done.done()]  # cancelled before it was sent
-        if not queued:
-            return
-        # Batch size from every call under way (not only those ready now): a fan-out that
-        # keeps 256 calls going on 2 worker threads sends them 64 at a time, wave after
-        # wave, instead of splitting each wave further until tasks hold one call each.
-        under_way = len(self._batches) + len(queued)
-        size = max(1, min(MAX_BATCH, math.ceil(under_way / (2 * self._nthreads))))
-        client = self._client
-        for start in range(0, len(queued), size):
-            part = queued[start:start + size]
-            batch = _Batch(part)
-            try:
-                batch.future = client.submit(
-                    worker.run_calls, str(self.project), str(self.registry),
-                    [p.call for p in part], pure=False, retries=0,
-                    key=f"planrun-{part[0].name}-{len(part)}-{os.urandom(4).hex()}")
-            except Exception as exc:  # the client is closed, the scheduler went away
-                for p in part:
-                    _settle(p, exc)
-                continue
-            self._by_key[batch.future.key] = batch
-            # The calls of a batch run one after the other: the n-th may wait for the
-            # timeouts of those before it. Give up on a call only past all of them.
-            budget: float | None = BACKSTOP_S
-            for p in part:
-                self._batches[p.name] = batch
-                budget = None if budget is None or p.call.timeout is None else \
-                    budget + p.call.timeout
-                if budget is not None:
-                    p.timer = self._loop.call_later(budget, self._give_up, p) \
-                        if self._loop is not None else None
-            batch.future.add_done_callback(self._finished)
+    def _wake(self) -> None:
+        """Send what waits at the end of this turn of the loop (once per turn)."""
+        if not self._waking and self._loop is not None:
+            self._waking = True
+            self._loop.call_soon(self._send)
 
-    def _finished(self, future: Any) -> None:
-        """From Dask's callback thread: hand each call of a batch its outcome."""
+    def _send(self) -> None:
+        """Submit waiting calls in batches (one Dask task each), while a task slot is free.
+
+        At most :data:`SLOTS_PER_THREAD` tasks per worker thread are under way: enough that
+        a worker has its next batch when one ends, few enough that the calls ready
+        meanwhile wait here and go together in the next batch, instead of one by one.
+        """
+        self._waking = False
+        if self._ended:
+            return
+        queue = self._queue
+        if any(p.done.done() for p in queue):  # cancelled before it was sent
+            queue = self._queue = deque(p for p in queue if not p.done.done())
+        free = SLOTS_PER_THREAD * self._threads - len(self._by_key)
+        while queue and free > 0:
+            self._submit([queue.popleft() for _ in range(self._size())])
+            free -= 1
+
+    def _size(self) -> int:
+        """How many of the waiting calls the next batch takes.
+
+        The calls under way (sent and waiting; the most seen in the last one to two
+        :data:`PEAK_S` windows, so that a wave of outcomes being handled does not make the
+        next batches small) spread over the worker threads (over every task slot while
+        the tool has not been seen yet), at most :data:`MAX_BATCH` a batch, and no more
+        than about :data:`BATCH_S` seconds of work by what each call's tool took so far (a
+        tool not seen yet counts as :data:`BATCH_S` / 8): a slow tool goes a call or a
+        few to a task, so that its calls spread over the workers and a worker that dies
+        takes few outcomes with it.
+        """
+        queue = self._queue
+        under_way = len(self._batches) + len(queue)
+        now = time.monotonic()
+        if now - self._peak_at > PEAK_S:  # a new window: the last one's peak is kept
+            self._peaks, self._peak_at = (self._peaks[1], 0), now
+        self._peaks = (self._peaks[0], max(self._peaks[1], under_way))
+        # a tool not seen yet may be slow: its calls spread over every task slot
+        spread = self._threads if queue[0].call.tool in self._seconds else \
+            SLOTS_PER_THREAD * self._threads
+        size = min(MAX_BATCH, len(queue), -(-max(self._peaks) // spread))
+        work, taken = 0.0, 0
+        for p in itertools.islice(queue, size):
+            work += self._seconds.get(p.call.tool, BATCH_S / 8)
+            if taken and work > BATCH_S:
+                break
+            taken += 1
+        return taken
+
+    def _submit(self, part: list[_Pending]) -> None:
+        batch = _Batch(part)
+        client = self._client
         try:
-            if future.status == "finished":
-                outcomes: Any = future.result()
-            elif future.status == "error":
-                outcomes = future.exception()
-            else:  # cancelled, lost
-                outcomes = CallLost(f"the Dask task was {future.status}")
-        except Exception as exc:
-            outcomes = exc
+            payload = pickle.dumps([p.call for p in part], protocol=pickle.HIGHEST_PROTOCOL)
+            batch.future = client.submit(
+                worker.run_batch, str(self.project), str(self.registry), payload,
+                pure=False, retries=0,
+                key=f"planrun-{part[0].name}-{len(part)}-{os.urandom(4).hex()}")
+        except Exception as exc:  # the client is closed, the scheduler went away
+            for p in part:
+                _settle(p, exc)
+            return
+        self._by_key[batch.future.key] = batch
+        # The calls of a batch run one after the other: the n-th may wait for the
+        # timeouts of those before it. Give up on a call only past all of them.
+        budget: float | None = BACKSTOP_S
+        loop = self._loop
+        for p in part:
+            self._batches[p.name] = batch
+            budget = None if budget is None or p.call.timeout is None else \
+                budget + p.call.timeout
+            if budget is not None and loop is not None:
+                p.timer = loop.call_later(budget, self._give_up, p)
+        client.loop.add_callback(self._fetch, batch.future)
+
+    async def _fetch(self, future: Any) -> None:
+        """On the client's loop: wait for a batch's task, fetch its outcomes, hand them over.
+
+        Fetches of tasks that end together share one request (Dask gathers them at once).
+        """
+        outcomes: Any
+        try:
+            outcomes = pickle.loads(await self._client.gather(future, asynchronous=True))
+        except BaseException as exc:  # every end of a task is an outcome for its calls
+            status = future.status
+            outcomes = exc if status in ("error", "finished") else \
+                CallLost(f"the Dask task was {status}")
         loop = self._loop
         if loop is None:
             return
@@ -309,12 +376,20 @@ class DaskDispatcher(Dispatcher):
         batch = self._by_key.pop(key, None)
         if batch is None:
             return
+        self._wake()  # a task slot is free
+        seconds: list[float] = []
+        if isinstance(outcomes, tuple) and len(outcomes) == 2:
+            outcomes, seconds = outcomes
         for i, p in enumerate(batch.pending):
             self._batches.pop(p.name, None)
             if isinstance(outcomes, list) and i < len(outcomes):
                 _settle(p, outcomes[i])
             else:
                 _settle(p, outcomes)
+        for p, took in zip(batch.pending, seconds, strict=False):  # seconds per call
+            if took > 0:
+                was = self._seconds.get(p.call.tool)
+                self._seconds[p.call.tool] = took if was is None else 0.8 * was + 0.2 * took
 
     def _give_up(self, pending: _Pending) -> None:
         """The call's worker did not answer in time: a timeout, and the call is stopped."""
@@ -322,7 +397,10 @@ class DaskDispatcher(Dispatcher):
         self._stop(pending)
 
     def _stop(self, pending: _Pending) -> None:
-        """Stop a call given up on: its task cancelled, the call stopped on its worker."""
+        """Stop a call given up on: its task cancelled, the call stopped on its worker.
+
+        A call still waiting to be sent is only dropped.
+        """
         batch = self._batches.pop(pending.name, None)
         if not pending.done.done():
             pending.done.cancel()
@@ -331,6 +409,7 @@ class DaskDispatcher(Dispatcher):
         batch.cancelled.add(pending.name)
         if batch.future is not None and all(p.name in batch.cancelled for p in batch.pending):
             self._by_key.pop(batch.future.key, None)
+            self._wake()  # its slot is free
             with contextlib.suppress(Exception):
                 batch.future.cancel()
         if not self._stops and self._loop is not None:
@@ -345,7 +424,11 @@ class DaskDispatcher(Dispatcher):
                 self._client.run(worker.stop_calls, names, on_error="ignore")
 
     def end_all(self) -> None:
-        """From any thread: stop every call under way (the run's lease was lost)."""
+        """From any thread: stop every call under way (the run's lease was lost).
+
+        Calls still waiting here are not sent any more.
+        """
+        self._ended = True
         names = list(self._batches)
         client = self._client
         if names and client is not None:
@@ -394,6 +477,8 @@ def _unpack(outcome: Any, secrets: Secrets) -> Any:
             raise CallTimeout(outcome[1])
         if kind == "cancelled":  # stopped on its worker while planrun still waited for it
             raise CallLost("the call was stopped on its Dask worker (its task was released)")
+        if kind == "lost":  # its task ran again: the first outcome died with its worker
+            raise CallLost("the Dask worker holding its outcome died before planrun had it")
     if isinstance(outcome, CallLost):
         raise outcome
     if type(outcome).__name__ == "KilledWorker":

@@ -5,13 +5,17 @@ have planrun and the project (its ``tools.yaml`` and tool modules) installed, an
 of planrun's command line, journal or run state is needed there. For each
 :class:`~planrun.dispatch.base.Call` of a batch, in order:
 
-- the project's registry is loaded (once per worker process and registry file version)
-  and the tool is found by name;
+- the project's registry is loaded (once per worker process, and again when
+  ``tools.yaml`` or a tool module's file changed) and the tool is found by name;
 - the tool is called once with :func:`planrun.tools.call_python` or
   :func:`planrun.tools.call_command`, in the project folder, with the call's own timeout
   (a command that runs past it has its whole process group ended: SIGTERM, then SIGKILL);
 - what comes back is an :data:`Outcome` — plain data, masked: errors and stderr tails in
   reference form, exactly as the local dispatcher gives them.
+
+A batch comes as one pickle and goes back as one (:func:`run_batch`). Before it runs, a
+task marks itself on the scheduler (:func:`mark_run`): a task the scheduler runs again
+because the worker holding its result died makes none of its calls.
 
 Commands' process groups are registered with a keeper process of the worker
 (:class:`planrun.procs.Keeper`): a worker that is killed (``kill -9``, out of memory) does
@@ -29,9 +33,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import importlib
+import inspect
 import os
+import pickle
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,12 +49,21 @@ from typing import IO, Any
 from .. import procs
 from ..redact import MASK, Secrets
 from ..registry import ToolSpec
-from ..tools import PARAM_ENV_PREFIX, CallTimeout, ToolFailure, call_command, call_python
+from ..tools import (
+    PARAM_ENV_PREFIX,
+    CallTimeout,
+    ToolFailure,
+    call_command,
+    call_python,
+    python_invocation,
+    tool_error,
+)
 from .base import Call
 
 #: How a call ended on the worker, as sent back (plain, picklable data):
 #: ``("ok", output, stderr_tail | None)`` | ``("failed", error)`` (a ToolFailure's error)
-#: | ``("timeout", error)`` | ``("cancelled", None)`` (stopped by :func:`stop_calls`).
+#: | ``("timeout", error)`` | ``("cancelled", None)`` (stopped by :func:`stop_calls`)
+#: | ``("lost", None)`` (not made: its task had run before, see :func:`run_batch`).
 Outcome = tuple[Any, ...]
 
 #: Set in the environment of workers planrun starts itself (``--executor dask``): their
@@ -67,8 +84,7 @@ def token(call: Call) -> str:
 
 @dataclass
 class _Running:
-    loop: asyncio.AbstractEventLoop
-    task: asyncio.Task[Any] | None = None
+    stop: Callable[[], object]  # from any thread: the call is given up on here
 
 
 @dataclass
@@ -76,7 +92,7 @@ class _State:
     """What one worker process keeps between tasks (guarded by ``lock``)."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
-    registries: dict[tuple[str, int], dict[str, ToolSpec]] = field(default_factory=dict)
+    registries: dict[str, _Loaded] = field(default_factory=dict)  # by tools.yaml path
     running: dict[str, _Running] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)
     keeper: procs.Keeper | None = None
@@ -135,23 +151,56 @@ def _prepare_process() -> None:
     _STATE.pool = ThreadPoolExecutor(thread_name_prefix="planrun-tool")
 
 
+@dataclass
+class _Loaded:
+    """A registry as loaded on this worker, and the files it was loaded from."""
+
+    tools: dict[str, ToolSpec]
+    stamps: dict[str, int]  # tools.yaml and each tool module's file → its mtime (ns)
+    modules: dict[str, str]  # tool module name → its file
+
+
+def _stamp(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _tools(project: Path, registry: Path) -> dict[str, ToolSpec]:
-    """The project's registered tools, loaded once per registry file version."""
+    """The project's registered tools, loaded again when a file they come from changed.
+
+    A long-lived worker serves many runs: when ``tools.yaml`` or the file of a python
+    tool's module has another modification time than when they were loaded, the modules
+    whose file changed are imported afresh and the registry is loaded again (what those
+    modules import themselves is not: restart the workers after changing it).
+    """
     from ..registry import load_registry
 
-    try:
-        version = registry.stat().st_mtime_ns
-    except OSError:
-        version = 0
-    key = (str(registry), version)
     with _STATE.lock:
-        found = _STATE.registries.get(key)
-    if found is None:
-        loaded, _issues = load_registry(registry)  # a tool with issues is left out
-        found = dict(loaded.tools)
-        with _STATE.lock:
-            _STATE.registries[key] = found
-    return found
+        found = _STATE.registries.get(str(registry))
+    if found is not None and all(_stamp(f) == v for f, v in found.stamps.items()):
+        return found.tools
+    if found is not None:  # a file changed: its module is imported again
+        changed = {f for f, v in found.stamps.items() if _stamp(f) != v}
+        for name, file in found.modules.items():
+            if file in changed:
+                sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+    stamps = {str(registry): _stamp(str(registry))}
+    loaded, _issues = load_registry(registry)  # a tool with issues is left out
+    tools = dict(loaded.tools)
+    modules: dict[str, str] = {}
+    for tool in tools.values():
+        if tool.entry.python:
+            module = tool.entry.python.partition(":")[0]
+            path = getattr(sys.modules.get(module), "__file__", None)
+            if path:
+                modules[module] = str(path)
+                stamps[str(path)] = _stamp(str(path))
+    with _STATE.lock:
+        _STATE.registries[str(registry)] = _Loaded(tools, stamps, modules)
+    return tools
 
 
 def _where(project: str, registry: str) -> tuple[Path, Path]:
@@ -182,6 +231,68 @@ def check(project: str, registry: str) -> str | None:
     return None
 
 
+def run_batch(project: str, registry: str, payload: bytes) -> bytes:
+    """:func:`run_calls` on a batch sent as one pickle, its answer as one pickle.
+
+    What a Dask task of planrun runs: the calls cross the scheduler as bytes, which it
+    passes on without unpickling and pickling each call again.
+
+    Args:
+        project: the project folder, as planrun sees it (:data:`PROJECT_ENV` overrides).
+        registry: the ``tools.yaml`` path, as planrun sees it.
+        payload: ``pickle`` of the list of :class:`~planrun.dispatch.base.Call`.
+
+    Returns:
+        ``pickle`` of ``(outcomes, seconds)``: one :data:`Outcome` per call, and the
+        seconds each call took here (0 for one not made), by which planrun sizes the
+        batches of the tool.
+    """
+    calls = pickle.loads(payload)
+    if not _first_run():
+        lost: tuple[list[Outcome], list[float]] = ([("lost", None)] * len(calls),
+                                                   [0.0] * len(calls))
+        return pickle.dumps(lost, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(_run(project, registry, calls), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _first_run() -> bool:
+    """False when this Dask task ran before: none of its calls may be made again.
+
+    A worker that dies holding a finished task's result (before planrun fetched it) makes
+    the scheduler run the task again, whatever ``allowed-failures`` says: Dask recomputes
+    a lost result. Each task is marked on the scheduler as it starts; a task already
+    marked answers ``("lost", None)`` for each of its calls (planrun: ``call_lost``).
+    """
+    try:
+        from distributed import get_client, get_worker
+
+        key = str(get_worker().get_current_task())
+        client: Any = get_client()  # the worker's own (untyped: checked by the tests)
+    except Exception:  # not in a Dask task (called directly)
+        return True
+    return bool(client.run_on_scheduler(mark_run, key))
+
+
+#: On the scheduler: the planrun tasks that started (see :func:`mark_run`).
+_STARTED: set[str] = set()
+#: Marks kept before the forgotten tasks' marks are dropped.
+_MARKS = 1000
+
+
+def mark_run(key: str, dask_scheduler: Any = None) -> bool:
+    """On the scheduler (``run_on_scheduler``): mark task ``key`` started; False if it was.
+
+    A key the scheduler has forgotten cannot run again (planrun never reuses a key): its
+    mark is dropped once more than :data:`_MARKS` are kept.
+    """
+    if key in _STARTED:
+        return False
+    if len(_STARTED) >= _MARKS and dask_scheduler is not None:
+        _STARTED.intersection_update(dask_scheduler.tasks)
+    _STARTED.add(key)
+    return True
+
+
 def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
     """Make each call once, in order, on this worker; returns one outcome per call.
 
@@ -195,6 +306,11 @@ def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
         has problems there) fails with code ``tool_error``. This function never raises
         for a call's own failure; an exception out of it is a bug or a broken worker.
     """
+    return _run(project, registry, calls)[0]
+
+
+def _run(project: str, registry: str, calls: list[Call]
+         ) -> tuple[list[Outcome], list[float]]:
     _prepare()
     root, reg = _where(project, registry)
     tools = _tools(root, reg)
@@ -202,41 +318,44 @@ def run_calls(project: str, registry: str, calls: list[Call]) -> list[Outcome]:
         if Path.cwd() != root:
             os.chdir(root)  # python tools run in the project folder, like commands
     gone = _task_watch()
-    return asyncio.run(_batch(root, tools, calls, gone))  # one event loop for the batch
+    outcomes: list[Outcome] = []
+    seconds: list[float] = []
+    runner: asyncio.Runner | None = None  # an event loop, once a call needs one
+    try:
+        for call in calls:
+            if gone is not None and gone():
+                outcomes.append(("cancelled", None))
+                seconds.append(0.0)
+                continue
+            started = time.perf_counter()
+            tool = tools.get(call.tool)
+            if tool is not None and tool.kind == "python" \
+                    and not inspect.iscoroutinefunction(tool.func):
+                outcomes.append(_one_sync(tool, call, gone))  # no event loop
+            else:
+                runner = runner or asyncio.Runner()
+                outcomes.append(runner.run(_one(root, tools, call, gone)))
+            seconds.append(time.perf_counter() - started)
+    finally:
+        if runner is not None:
+            runner.close()
+    return outcomes, seconds
 
 
 #: Seconds between two looks at whether the Dask task of a batch is still wanted.
 WATCH_S = 0.5
 
 
-async def _batch(root: Path, tools: dict[str, ToolSpec], calls: list[Call],
-                 gone: Callable[[], bool] | None) -> list[Outcome]:
-    """The calls one after the other; all stopped once nobody wants the task any more."""
-    outcomes: list[Outcome] = []
-    watcher = asyncio.create_task(_watch(gone, calls)) if gone is not None else None
-    try:
-        for call in calls:
-            if gone is not None and gone():
-                outcomes.append(("cancelled", None))
-                continue
-            outcomes.append(await _one(root, tools, call))
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-    return outcomes
-
-
-async def _watch(gone: Callable[[], bool], calls: list[Call]) -> None:
+async def _watch(gone: Callable[[], bool], name: str) -> None:
     """Stop the running call when the task was released (cancelled, or planrun is gone).
 
     A planrun that was killed has no client any more: the scheduler releases its tasks,
     and a command it started here must not run on unnoticed.
     """
-    names = [token(call) for call in calls]
     while True:
         await asyncio.sleep(WATCH_S)
         if gone():
-            stop_calls(names)
+            stop_calls([name])
             return
 
 
@@ -257,7 +376,76 @@ def _task_watch() -> Callable[[], bool] | None:
     return gone
 
 
-async def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
+def _one_sync(tool: ToolSpec, call: Call, gone: Callable[[], bool] | None) -> Outcome:
+    """A sync python call: in a thread of the pool, waited for here (no event loop).
+
+    Like :func:`planrun.tools.call_python`: past its timeout, once stopped, or once the
+    Dask task is released (``gone``, looked at every :data:`WATCH_S` seconds: planrun
+    cancelled it or is gone), the call is left to finish in its thread and this returns,
+    so that the worker's own thread is free for other tasks.
+    """
+    name = token(call)
+    over = threading.Event()  # set when the call returned, or was stopped
+    with _STATE.lock:
+        if name in _STATE.stopped:
+            _STATE.stopped.discard(name)
+            return ("cancelled", None)
+        _STATE.running[name] = _Running(over.set)
+    try:
+        try:
+            invoke = python_invocation(tool, call.arguments, call.context, call.secrets)
+        except ToolFailure as exc:
+            return ("failed", exc.error)
+        secret = _SECRETS.set(call.secrets)  # the tool's thread masks what it prints
+        try:
+            context = contextvars.copy_context()
+        finally:
+            _SECRETS.reset(secret)
+        assert _STATE.pool is not None
+        future = _STATE.pool.submit(context.run, invoke)
+        future.add_done_callback(lambda _: over.set())
+        released = _wait(over, call.timeout, gone)
+        if not future.done():  # left to finish in its thread
+            if released or over.is_set():
+                return ("cancelled", None)
+            return ("timeout", {"code": "timeout",
+                                "message": f"call ran past its timeout of {call.timeout} s"})
+        try:
+            output = future.result()
+            if inspect.isawaitable(output):
+                output = asyncio.run(_awaited(output, call.timeout))
+        except TimeoutError:
+            return ("timeout", {"code": "timeout",
+                                "message": f"call ran past its timeout of {call.timeout} s"})
+        except BaseException as exc:  # the tool's own failure, also SystemExit and friends
+            return ("failed", tool_error(exc, call.secrets).error)
+        return ("ok", output, None)
+    finally:
+        with _STATE.lock:
+            _STATE.running.pop(name, None)
+            _STATE.stopped.discard(name)
+
+
+def _wait(over: threading.Event, timeout: float | None,
+          gone: Callable[[], bool] | None) -> bool:
+    """Wait until ``over`` is set or ``timeout`` seconds passed; True: the task was released."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = WATCH_S if deadline is None else min(WATCH_S, deadline - time.monotonic())
+        if over.wait(max(0.0, left)):
+            return False
+        if gone is not None and gone():
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+
+
+async def _awaited(result: Any, timeout: float | None) -> Any:
+    return await asyncio.wait_for(result, timeout)
+
+
+async def _one(root: Path, tools: dict[str, ToolSpec], call: Call,
+               gone: Callable[[], bool] | None) -> Outcome:
     name = token(call)
     with _STATE.lock:
         if name in _STATE.stopped:
@@ -270,13 +458,17 @@ async def _one(root: Path, tools: dict[str, ToolSpec], call: Call) -> Outcome:
                            f"project's tools.yaml ({root})"})
     # Each call is a task of its own, so that stop_calls cancels this call only.
     task = asyncio.create_task(_call(root, tool, call), name=name)
+    loop = asyncio.get_running_loop()
     with _STATE.lock:
-        _STATE.running[name] = _Running(asyncio.get_running_loop(), task)
+        _STATE.running[name] = _Running(lambda: loop.call_soon_threadsafe(task.cancel))
+    watcher = asyncio.create_task(_watch(gone, name)) if gone is not None else None
     try:
         return await task
     except asyncio.CancelledError:
         return ("cancelled", None)
     finally:
+        if watcher is not None:
+            watcher.cancel()
         with _STATE.lock:
             _STATE.running.pop(name, None)
             _STATE.stopped.discard(name)
@@ -335,7 +527,6 @@ def stop_calls(tokens: list[str]) -> int:
                 _STATE.stopped.add(name)
                 continue
             found += 1
-            if running.task is not None:
-                running.loop.call_soon_threadsafe(running.task.cancel)
+            running.stop()
     return found
 
