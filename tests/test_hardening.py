@@ -21,6 +21,16 @@ import sys
 def leave():
     sys.exit(3)
 
+def interrupt():
+    raise KeyboardInterrupt
+
+def stop():
+    raise StopIteration("no more")
+
+def cancel():
+    import asyncio
+    raise asyncio.CancelledError("inner")
+
 class Odd(Exception):
     def __str__(self):
         raise ValueError("no")
@@ -66,6 +76,20 @@ tools:
                 additionalProperties: false}
   leave:
     python: hard:leave
+    arguments: {type: object, additionalProperties: false}
+  leave_timed:
+    python: hard:leave
+    timeout: 60
+    arguments: {type: object, additionalProperties: false}
+  interrupt_timed:
+    python: hard:interrupt
+    timeout: 60
+    arguments: {type: object, additionalProperties: false}
+  stop:
+    python: hard:stop
+    arguments: {type: object, additionalProperties: false}
+  cancel:
+    python: hard:cancel
     arguments: {type: object, additionalProperties: false}
   odd:
     python: hard:odd
@@ -135,11 +159,19 @@ def test_a_background_child_does_not_hold_the_call_open(proj: Proj) -> None:
 
 @pytest.mark.parametrize(("tool", "arguments", "code", "needle"), [
     ("leave", "{}", "tool_error", "SystemExit: 3"),
+    # with a timeout too: the call is awaited another way (asyncio.wait_for)
+    ("leave_timed", "{}", "tool_error", "SystemExit: 3"),
+    ("interrupt_timed", "{}", "tool_error", "KeyboardInterrupt"),
+    # asyncio refuses a StopIteration as a future's exception: it must not hang the run
+    ("stop", "{}", "tool_error", "StopIteration: no more"),
+    # the tool's own CancelledError is its failure, not an interruption of the run
+    ("cancel", "{}", "tool_error", "CancelledError: inner"),
     ("odd", "{}", "tool_error", "Odd: <the exception's message could not be read>"),
     ("deep", "{}", "output", "nested too deeply"),
     # json writes 500 levels, but planrun's recursive walks (masking, facets) would not
     ("deep", "{levels: 500}", "output", "nested too deeply to store (more than 200 levels)"),
-], ids=["leave", "odd", "deep5000", "deep500"])
+], ids=["leave", "leave_timed", "interrupt_timed", "stop", "cancel",
+                                 "odd", "deep5000", "deep500"])
 def test_odd_python_tools_fail_their_step_not_planrun(proj: Proj, tool: str, arguments: str,
                                                       code: str, needle: str) -> None:
     proj.one_step("t", tool, arguments)
