@@ -38,6 +38,9 @@ class Odd(Exception):
 def odd():
     raise Odd()
 
+def keyed():
+    return {"m": {1: "one"}, "pair": (1, 2)}
+
 def deep(levels=5000):
     value = []
     for _ in range(levels):
@@ -91,6 +94,14 @@ tools:
   cancel:
     python: hard:cancel
     arguments: {type: object, additionalProperties: false}
+  keyed:
+    python: hard:keyed
+    arguments: {type: object, additionalProperties: false}
+  take_keyed:
+    command: ["cat"]
+    output: json
+    arguments: {type: object, properties: {m: {type: object, properties: {"1": {type: integer}}}},
+                required: [m]}
   odd:
     python: hard:odd
     arguments: {type: object, additionalProperties: false}
@@ -183,6 +194,25 @@ def test_odd_python_tools_fail_their_step_not_planrun(proj: Proj, tool: str, arg
     assert isinstance(step["error"], dict)
     assert step["error"]["code"] == code
     assert needle in str(step["error"]["message"])
+
+
+def test_an_output_is_seen_by_the_next_step_as_the_journal_keeps_it(proj: Proj) -> None:
+    """A python tool's ``{1: "one"}`` is JSON ``{"1": "one"}``: checked as that, now too.
+
+    The key ``1`` was skipped by the contract's ``properties: {"1": {type: integer}}``, and
+    the command got ``{"1": "one"}`` on stdin, which its contract refuses (and which a
+    retry, reading the output from the journal, refused).
+    """
+    proj.plan("keyed", "planrun: 1\ngoal: g\nsteps:\n  - {id: a, tool: keyed, arguments: {}}\n"
+                       "  - {id: b, tool: take_keyed, depends_on: [a],\n"
+                       "     arguments: {m: '{steps.a.output.m}'}}\n")
+    res = proj.run("execute", "keyed", "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    steps = {s["id"]: s for s in json.loads(res.stdout)["steps"]}
+    assert steps["a"]["status"] == "succeeded"
+    assert steps["b"]["status"] == "failed"
+    assert steps["b"]["error"]["code"] == "arguments"
+    assert "/m/1" in steps["b"]["error"]["message"]
 
 
 def test_a_tool_reading_stdin_gets_end_of_file_not_the_pipe(proj: Proj) -> None:
