@@ -151,6 +151,28 @@ def test_a_keyword_that_reads_values_keeps_checks_by_value(project: Project, rul
     assert [p for p, _m, _k in argument_problems(tool, {"v": breaks})] != []
 
 
+DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+DRAFT_2020 = "https://json-schema.org/draft/2020-12/schema"
+
+
+@pytest.mark.parametrize("dialect", [DRAFT_07, DRAFT_2020])
+def test_a_schema_keyword_inside_does_not_make_the_check_lenient(project: Project,
+                                                                 dialect: str) -> None:
+    """jsonschema follows a nested ``$schema`` to a class without planrun's strictness.
+
+    There ``2.0`` was an integer and ``2.5`` was not: two values of one shape, two
+    verdicts — the 2.5 of a fan-out after a 2.0 came out of the memo as a fit.
+    """
+    contract = {"type": "object", "additionalProperties": False, "required": ["n"],
+                "properties": {"n": {"$schema": dialect, "type": "integer"}}}
+    project.write_tools("tools:\n  t:\n    python: basictools:echo\n    arguments: "
+                        + json.dumps(contract) + "\n")
+    tool = project.good_registry().tools["t"]
+    assert argument_problems(tool, {"n": 2}) == []
+    for value in (2.0, 2.5):
+        assert [p for p, _m, _k in argument_problems(tool, {"n": value})] == ["/n"]
+
+
 @pytest.mark.parametrize("schema", [
     {"type": "object", "unevaluatedProperties": False},
     {"type": "object", "properties": {"a": {"x-custom": 1}}},
@@ -180,7 +202,10 @@ _types = st.sampled_from(["integer", "number", "string", "boolean", "null", "arr
 def _schemas() -> st.SearchStrategy[Any]:
     leaf = st.one_of(st.booleans(), st.builds(lambda t: {"type": t}, _types),
                      st.builds(lambda ts: {"type": ts}, st.lists(_types, min_size=1,
-                                                                 max_size=3, unique=True)))
+                                                                 max_size=3, unique=True)),
+                     # an annotation, as far as planrun is concerned (not followed)
+                     st.builds(lambda d, t: {"$schema": d, "type": t},
+                               st.sampled_from([DRAFT_07, DRAFT_2020]), _types))
 
     def grow(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         names = st.sampled_from(["a", "b", "c"])
@@ -209,7 +234,8 @@ _shapes = st.recursive(
     max_leaves=10)
 
 _VALUES = {"b": st.booleans(), "i": st.integers(-3, 3),
-           "f": st.floats(allow_nan=False, allow_infinity=False),
+           "f": st.floats(allow_nan=False, allow_infinity=False)
+           | st.integers(-3, 3).map(float),  # 2.0: an integer to a lenient validator
            "s": st.text(max_size=3), "z": st.none()}
 
 

@@ -21,12 +21,25 @@ import sys
 def leave():
     sys.exit(3)
 
+def interrupt():
+    raise KeyboardInterrupt
+
+def stop():
+    raise StopIteration("no more")
+
+def cancel():
+    import asyncio
+    raise asyncio.CancelledError("inner")
+
 class Odd(Exception):
     def __str__(self):
         raise ValueError("no")
 
 def odd():
     raise Odd()
+
+def keyed():
+    return {"m": {1: "one"}, "pair": (1, 2)}
 
 def deep(levels=5000):
     value = []
@@ -67,6 +80,28 @@ tools:
   leave:
     python: hard:leave
     arguments: {type: object, additionalProperties: false}
+  leave_timed:
+    python: hard:leave
+    timeout: 60
+    arguments: {type: object, additionalProperties: false}
+  interrupt_timed:
+    python: hard:interrupt
+    timeout: 60
+    arguments: {type: object, additionalProperties: false}
+  stop:
+    python: hard:stop
+    arguments: {type: object, additionalProperties: false}
+  cancel:
+    python: hard:cancel
+    arguments: {type: object, additionalProperties: false}
+  keyed:
+    python: hard:keyed
+    arguments: {type: object, additionalProperties: false}
+  take_keyed:
+    command: ["cat"]
+    output: json
+    arguments: {type: object, properties: {m: {type: object, properties: {"1": {type: integer}}}},
+                required: [m]}
   odd:
     python: hard:odd
     arguments: {type: object, additionalProperties: false}
@@ -135,11 +170,19 @@ def test_a_background_child_does_not_hold_the_call_open(proj: Proj) -> None:
 
 @pytest.mark.parametrize(("tool", "arguments", "code", "needle"), [
     ("leave", "{}", "tool_error", "SystemExit: 3"),
+    # with a timeout too: the call is awaited another way (asyncio.wait_for)
+    ("leave_timed", "{}", "tool_error", "SystemExit: 3"),
+    ("interrupt_timed", "{}", "tool_error", "KeyboardInterrupt"),
+    # asyncio refuses a StopIteration as a future's exception: it must not hang the run
+    ("stop", "{}", "tool_error", "StopIteration: no more"),
+    # the tool's own CancelledError is its failure, not an interruption of the run
+    ("cancel", "{}", "tool_error", "CancelledError: inner"),
     ("odd", "{}", "tool_error", "Odd: <the exception's message could not be read>"),
     ("deep", "{}", "output", "nested too deeply"),
     # json writes 500 levels, but planrun's recursive walks (masking, facets) would not
     ("deep", "{levels: 500}", "output", "nested too deeply to store (more than 200 levels)"),
-], ids=["leave", "odd", "deep5000", "deep500"])
+], ids=["leave", "leave_timed", "interrupt_timed", "stop", "cancel",
+                                 "odd", "deep5000", "deep500"])
 def test_odd_python_tools_fail_their_step_not_planrun(proj: Proj, tool: str, arguments: str,
                                                       code: str, needle: str) -> None:
     proj.one_step("t", tool, arguments)
@@ -151,6 +194,25 @@ def test_odd_python_tools_fail_their_step_not_planrun(proj: Proj, tool: str, arg
     assert isinstance(step["error"], dict)
     assert step["error"]["code"] == code
     assert needle in str(step["error"]["message"])
+
+
+def test_an_output_is_seen_by_the_next_step_as_the_journal_keeps_it(proj: Proj) -> None:
+    """A python tool's ``{1: "one"}`` is JSON ``{"1": "one"}``: checked as that, now too.
+
+    The key ``1`` was skipped by the contract's ``properties: {"1": {type: integer}}``, and
+    the command got ``{"1": "one"}`` on stdin, which its contract refuses (and which a
+    retry, reading the output from the journal, refused).
+    """
+    proj.plan("keyed", "planrun: 1\ngoal: g\nsteps:\n  - {id: a, tool: keyed, arguments: {}}\n"
+                       "  - {id: b, tool: take_keyed, depends_on: [a],\n"
+                       "     arguments: {m: '{steps.a.output.m}'}}\n")
+    res = proj.run("execute", "keyed", "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    steps = {s["id"]: s for s in json.loads(res.stdout)["steps"]}
+    assert steps["a"]["status"] == "succeeded"
+    assert steps["b"]["status"] == "failed"
+    assert steps["b"]["error"]["code"] == "arguments"
+    assert "/m/1" in steps["b"]["error"]["message"]
 
 
 def test_a_tool_reading_stdin_gets_end_of_file_not_the_pipe(proj: Proj) -> None:

@@ -70,14 +70,41 @@ _FORMAT_CHECKER: Any = None
 def strict_validator(schema: dict[str, Any] | bool) -> Validator:
     """A JSON Schema 2020-12 validator with strict types and format checking.
 
-    The schema must already have passed :func:`schema_problems`.
+    The schema must already have passed :func:`schema_problems`. Its ``$schema``
+    declarations are not followed (:func:`_without_dialects`): every level is checked
+    the same strict way.
     """
     global _STRICT_CLASS, _FORMAT_CHECKER
     if _STRICT_CLASS is None:
         _STRICT_CLASS = _strict_validator_class()
         _FORMAT_CHECKER = _format_checker()
-    v: Validator = _STRICT_CLASS(schema, format_checker=_FORMAT_CHECKER)
+    v: Validator = _STRICT_CLASS(_without_dialects(schema), format_checker=_FORMAT_CHECKER)
     return v
+
+
+#: Keywords whose value is data, never a subschema (a ``$schema`` key there is data).
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _without_dialects(schema: Any) -> Any:
+    """``schema`` without its ``$schema`` keywords (the same object when it has none).
+
+    jsonschema switches to the validator class a ``$schema`` names whenever it enters a
+    subschema holding one — also a plain 2020-12 one, and also the root's again through
+    ``$ref: "#"`` — and that class has none of planrun's strictness: ``2.0`` passes as an
+    ``integer``, and patterns are matched by Python's backtracking ``re``, not RE2
+    (``^(a+)+$`` would hang on ``"aaa…a!"``). planrun checks every schema as 2020-12
+    (SPEC "Strict types"), so the declaration has nothing left to say.
+    """
+    if isinstance(schema, list):
+        items = [_without_dialects(v) for v in schema]
+        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v if k in _DATA_KEYWORDS else _without_dialects(v) for k, v in schema.items()
+           if not (k == "$schema" and isinstance(v, str))}
+    same = len(out) == len(schema) and all(out[k] is v for k, v in schema.items())
+    return schema if same else out
 
 
 @lru_cache(maxsize=1)

@@ -185,22 +185,49 @@ def validate_model(model: Any, arguments: dict[str, Any], secrets: Secrets | Non
                        f"{_describe(exc, _secrets(secrets))}")]
 
 
-async def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` in a thread of ``pool`` (None: the loop's default executor); its result.
+class _Raised(Exception):
+    """Carries an exception asyncio cannot put in a future as itself (:func:`in_thread`).
 
-    What :meth:`asyncio.loop.run_in_executor` does, with one hand-over fewer: the worker
-    thread settles the awaited future itself (``call_soon_threadsafe``) instead of
-    through a :class:`concurrent.futures.Future` chained to it. A sync python call's
-    round trip to its thread took 90 to 100 µs that way and 45 to 55 µs this way (issue 16;
-    every sync python call and fan-out item pays it once).
+    ``Future.set_exception`` refuses a ``StopIteration`` (on Python 3.11 it raises
+    ``TypeError``, and the future is never settled: the call would wait forever), and an
+    ``asyncio.CancelledError`` set there reads as a cancellation of the awaiting step, not
+    as the tool's failure. :func:`call_python` unwraps it.
+    """
 
-    Cancelled while waiting, the call is taken back if its thread has not started it
-    (``Future.cancel``) and otherwise goes on (abandoned), as with ``run_in_executor``.
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(repr(raised))
+        self.raised = raised
+
+
+def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any
+              ) -> asyncio.Future[Any]:
+    """``fn(*args)`` in a thread of ``pool`` (None: the loop's default executor).
+
+    Returns an :class:`asyncio.Future` of the running loop, to await, with ``fn``'s
+    result or exception — what :meth:`asyncio.loop.run_in_executor` returns, with one
+    hand-over fewer: the worker thread settles the future itself
+    (``call_soon_threadsafe``) instead of through a :class:`concurrent.futures.Future`
+    chained to it. A sync python call's round trip to its thread took 90 to 100 µs that
+    way and 45 to 55 µs this way (issue 16; every sync python call and fan-out item pays
+    it once).
+
+    A future, not a coroutine: ``asyncio.wait_for`` (a call's timeout) awaits a future as
+    it is, while it would run a coroutine as a task of its own — and a task whose
+    coroutine raises ``SystemExit`` or ``KeyboardInterrupt`` (a tool's ``sys.exit()``)
+    re-raises it out of the event loop, ending planrun instead of failing the step.
+
+    A ``StopIteration`` or ``asyncio.CancelledError`` raised by ``fn`` comes back wrapped
+    in :class:`_Raised` (asyncio cannot carry them as they are). Cancelled, the call is
+    taken back if its thread has not started it (``Future.cancel``) and otherwise goes
+    on (abandoned), as with ``run_in_executor``.
+
+    Raises:
+        RuntimeError: ``pool`` is shut down (from ``Executor.submit``).
     """
     loop = asyncio.get_running_loop()
     if pool is None:
-        return await loop.run_in_executor(None, fn, *args)
-    fut = loop.create_future()
+        return loop.run_in_executor(None, fn, *args)
+    fut: asyncio.Future[Any] = loop.create_future()
 
     def settle(ok: bool, value: Any) -> None:
         if not fut.done():
@@ -212,6 +239,8 @@ async def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any) -
     def job() -> None:
         try:
             value = fn(*args)
+        except (StopIteration, asyncio.CancelledError) as exc:
+            ok, value = False, _Raised(exc)
         except BaseException as exc:  # handed to the awaiting call
             ok, value = False, exc
         else:
@@ -220,11 +249,13 @@ async def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any) -
             loop.call_soon_threadsafe(settle, ok, value)
 
     taken = pool.submit(job)
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        taken.cancel()
-        raise
+
+    def take_back(done: asyncio.Future[Any]) -> None:
+        if done.cancelled():
+            taken.cancel()
+
+    fut.add_done_callback(take_back)
+    return fut
 
 
 def _python_kwargs(tool: ToolSpec, arguments: dict[str, Any], secrets: Secrets
@@ -316,6 +347,8 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # the tool's own failure, also SystemExit and friends
+        if isinstance(exc, _Raised):
+            exc = exc.raised
         raise tool_error(exc, secrets) from None
     return result
 

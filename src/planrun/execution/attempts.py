@@ -111,7 +111,7 @@ class Attempts(RunParts):
                 self._calls -= 1
             self._crash_at("call", step.id, item)
             inject_fault("call", step.id, item)
-            error = self._check_output(step, output)
+            output, error = self._check_output(step, output)
         except asyncio.CancelledError:
             how = "abandoned" if self._dispatcher.abandons(call) else "cancelled"
             code, why = self.cancel_reason or ("interrupted", "the run was interrupted")
@@ -227,33 +227,44 @@ class Attempts(RunParts):
         else:
             batch.set_result(None)
 
-    def _check_output(self, step: CheckedStep, output: Any) -> dict[str, Any] | None:
-        """None when ``output`` is JSON data that fits the tool's ``output_schema``."""
+    def _check_output(self, step: CheckedStep, output: Any
+                      ) -> tuple[Any, dict[str, Any] | None]:
+        """(the output as JSON data, None) when it fits the tool's ``output_schema``.
+
+        Else (the output, the error). The output goes on as the journal keeps it — read
+        back from its JSON — so a step after it sees in this run what it would see on
+        resume: ``{1: "x"}`` is ``{"1": "x"}`` (JSON keys are strings; a key ``1`` was
+        skipped by the contract's ``properties: {"1": ...}`` and written as ``"1"`` on a
+        command's stdin), a tuple is a list, an ``IntEnum`` an integer.
+        """
         try:
             text = _OUTPUT_TEXT.encode(output)
             if not text.isascii():
                 text.encode("utf-8")
         except (TypeError, ValueError) as exc:
-            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
-                    f"that is not JSON data: {exc}"}
+            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
+                            f"a value that is not JSON data: {exc}"}
         except RecursionError:
-            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
-                    "nested too deeply to store"}
+            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
+                            "a value nested too deeply to store"}
         except UnicodeEncodeError:
-            return {"code": "output", "message": f"tool {step.tool.name!r} returned text that "
-                    "is not valid Unicode (an undecodable file name?); return it as text "
-                    "that can be encoded in UTF-8"}
+            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
+                            "text that is not valid Unicode (an undecodable file name?); "
+                            "return it as text that can be encoded in UTF-8"}
         # planrun's own walks over an output (masking, facets, canonical JSON) recurse: an
         # output json could still write but nested deeper than a plan may be is refused
         # the same way (a value that deep takes at least two characters a level)
         if len(text) > 2 * MAX_DEPTH and too_deep(output):
-            return {"code": "output", "message": f"tool {step.tool.name!r} returned a value "
-                    f"nested too deeply to store (more than {MAX_DEPTH} levels)"}
+            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
+                            f"a value nested too deeply to store (more than {MAX_DEPTH} "
+                            "levels)"}
+        if type(output) is not str:  # a str is already itself; anything else, read back
+            output = json.loads(text)
         validator = step.tool.output_validator
         if validator is not None:
             errors = [e.message for e in validator.iter_errors(output)]
             if errors:
-                return {"code": "output", "message": f"tool {step.tool.name!r} output does "
-                        f"not match its output_schema: "
-                        f"{self._secrets.conceal_text(errors[0])}"}
-        return None
+                return output, {"code": "output", "message": f"tool {step.tool.name!r} "
+                                "output does not match its output_schema: "
+                                f"{self._secrets.conceal_text(errors[0])}"}
+        return output, None
