@@ -347,6 +347,8 @@ class PgConnection:
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
         self._client = psycopg.ClientCursor(raw)
+        #: The cursor batches are sent with (their results are read at once).
+        self._cursor = raw.cursor()
         #: The statements of the open batch (None: not batching) and their results.
         self._batch: list[tuple[bytes, list[_Result]]] | None = None
         #: The server-side checks of the open write transaction, by id (:meth:`expect`).
@@ -462,7 +464,7 @@ class PgConnection:
             batch = batch[1:-1]
         self._unsent = False
         try:
-            cur = self.raw.execute(b";\n".join(text for text, _ in batch))
+            cur = self._cursor.execute(b";\n".join(text for text, _ in batch))
         except psycopg.Error as exc:
             fail = self._checks.get(exc.diag.message_detail or "") \
                 if exc.sqlstate == CHECK_FAILED else None
@@ -472,9 +474,10 @@ class PgConnection:
         for i, (_text, results) in enumerate(batch):
             if i:
                 cur.nextset()
-            rows = cur.fetchall() if cur.description is not None else []
+            description = cur.description  # (built anew at each reading)
+            rows = cur.fetchall() if description is not None else []
             for result in results:
-                result._set(cur.rowcount, rows, cur.description)
+                result._set(cur.rowcount, rows, description)
 
     @property
     def batching(self) -> bool:
