@@ -502,3 +502,253 @@ def test_a_batch_claim_skips_an_item_another_transaction_holds_instead_of_waitin
         j.step_started(run, "a", attempt=1, key="k1", root_run_id=run, item=1, defer=True)
         j.flush()
         assert [i.status for i in j.items(run, "a")] == ["running", "running"]
+
+
+# --- the server-side writes (planrun_finish, planrun_start, planrun_claim) ------------------
+
+MINE = f"{os.uname().nodename}:{os.getpid()}:aaaaaaaa"
+THEIRS = f"{os.uname().nodename}:{os.getpid()}:bbbbbbbb"
+WRITE_FUNCTIONS = ("planrun_begin", "planrun_finish", "planrun_start", "planrun_claim")
+
+
+def _calls_journal(url: str, runs: tuple[str, ...] = ("0123456789abcdef",)) -> Journal:
+    """A journal driving ``runs`` as a fresh run's process does: server-side writes.
+
+    Each run has steps ``a`` and ``b`` and the fan-out step ``f`` (3 pending items); this
+    handle holds every run's lease.
+    """
+    j = Journal(url, write=True)
+    assert j.backend.calls is not None  # the writes below are the server's functions
+    j.fresh_keys = True
+    for run in runs:
+        j.create_run(run=NewRun(
+            run_id=run, root_run_id=run, plan_name="p", plan={"steps": []}, digest="0" * 64,
+            revision=1, status="running", created_at=now(), params={}, contracts={},
+            options={}, plan_file="plans/p.yaml", lease_owner=MINE),
+            steps=[("a", 0, "echo"), ("b", 1, "echo"), ("f", 2, "echo")])
+        j.fanout_begin(run, "f", 3)
+    return j
+
+
+def _take_over(j: Journal, url: str, run: str) -> None:
+    """``j``'s lease of the run expires and another process takes it (its epoch goes up)."""
+    j.renew_lease(run, MINE, ttl=-1.0)
+    with Journal(url, write=True) as other:
+        other.take_lease(run, THEIRS)
+
+
+def _state(url: str, run: str) -> tuple[Any, ...]:
+    """Everything the journal holds of a run's steps, items, keys and events."""
+    from planrun.journal.probe import probe
+
+    seen = probe(url)
+    return (tuple((s.step_id, s.status, s.idempotency_key) for s in seen.steps(run)),
+            tuple((i.index, i.status, i.idempotency_key) for i in seen.items("f", run)),
+            tuple((e.kind, e.step, e.item) for e in seen.events(run)),
+            tuple(seen.key(k) for k in ("k-a", "k-b", "k-b2", "k-f0", "k-f1", "k-f1b",
+                                        "ok-a")))
+
+
+@pytest.mark.parametrize("write", ["finish", "start", "claim"])
+def test_a_server_side_write_checks_the_lease_and_rolls_back_the_whole_transaction(
+        pg_url: str, write: str) -> None:
+    """A lost lease found inside planrun_finish/start/claim: LeaseLost naming the holder.
+
+    The write of the other run before it in the same transaction (whose lease holds) is
+    rolled back with it: nothing of the transaction is written.
+    """
+    from planrun.journal.store import LeaseLost
+
+    ok, lost = "0123456789abcdef", "fedcba9876543210"
+    with _calls_journal(pg_url, (ok, lost)) as j:
+        j.step_started(lost, "a", attempt=1, key="k-a", root_run_id=lost)
+        j.step_started(ok, "a", attempt=1, key="ok-a", root_run_id=ok)
+        _take_over(j, pg_url, lost)
+        before = (_state(pg_url, ok), _state(pg_url, lost))
+        j.step_finished(ok, "a", status="succeeded", key="ok-a", output=1, defer=True)
+        if write == "finish":
+            j.step_finished(lost, "a", status="succeeded", key="k-a", output=1, defer=True)
+        elif write == "start":
+            j.step_started(lost, "b", attempt=1, key="k-b", root_run_id=lost, defer=True)
+        else:
+            j.step_started(lost, "f", attempt=1, key="k-f0", root_run_id=lost, item=0,
+                           defer=True)
+            j.step_started(lost, "f", attempt=1, key="k-f1", root_run_id=lost, item=1,
+                           defer=True)
+        with pytest.raises(LeaseLost) as caught:
+            j.flush()
+        j.drop_deferred()
+    assert caught.value.code == "run_busy"
+    assert f"run {lost} is now held by {THEIRS}" in str(caught.value)
+    assert (_state(pg_url, ok), _state(pg_url, lost)) == before
+
+
+@pytest.mark.parametrize("write", ["finish", "start", "claim"])
+def test_a_server_side_write_of_a_record_not_in_its_state_rolls_back_everything(
+        pg_url: str, write: str) -> None:
+    """planrun_finish/start/claim changing another number of rows than asked: JournalError.
+
+    Its message names the record, and the transaction's earlier write (a valid outcome
+    record) is rolled back with it.
+    """
+    run = "0123456789abcdef"
+    with _calls_journal(pg_url, (run,)) as j:
+        j.step_started(run, "a", attempt=1, key="k-a", root_run_id=run)
+        j.step_started(run, "b", attempt=1, key="k-b", root_run_id=run)
+        j.step_finished(run, "b", status="succeeded", key="k-b", output=2)
+        j.step_started(run, "f", attempt=1, key="k-f1", root_run_id=run, item=1)
+        j.step_finished(run, "f", status="succeeded", key="k-f1", output=1, item=1)
+        before = _state(pg_url, run)
+        j.step_finished(run, "a", status="succeeded", key="k-a", output=1, defer=True)
+        if write == "finish":  # b succeeded already: it is not running
+            j.step_finished(run, "b", status="failed", key="k-b", defer=True,
+                            error={"code": "x", "message": "x"})
+            expected = "step 'b' of run 0123456789abcdef was not running"
+        elif write == "start":  # b succeeded already: it is not pending
+            j.step_started(run, "b", attempt=2, key="k-b2", root_run_id=run, defer=True)
+            expected = "step 'b' of run 0123456789abcdef is not pending"
+        else:  # item 1 succeeded already: the batch of items 0 and 1 claims nothing
+            j.step_started(run, "f", attempt=1, key="k-f0", root_run_id=run, item=0,
+                           defer=True)
+            j.step_started(run, "f", attempt=2, key="k-f1b", root_run_id=run, item=1,
+                           defer=True)
+            expected = "item(s) 0, 1 of step 'f' of run 0123456789abcdef are not pending"
+        with pytest.raises(JournalError) as caught:
+            j.flush()
+        j.drop_deferred()
+        assert expected in str(caught.value)
+        assert _state(pg_url, run) == before
+        j.step_finished(run, "a", status="succeeded", key="k-a", output=1)  # still usable
+    assert _state(pg_url, run)[0][0] == ("a", "succeeded", "k-a")
+
+
+def test_server_side_writes_write_what_the_journals_sql_writes(pg_url: str,
+                                                               tmp_path: Path) -> None:
+    """The same calls through planrun_* (PostgreSQL) and the journal's SQL (SQLite).
+
+    Steps, items, keys and events (kind, step, item, data) come out the same; facets and
+    a released key included.
+    """
+    run = "0123456789abcdef"
+    lite = tmp_path / "j.sqlite3"
+    seen = []
+    for location in (pg_url, str(lite)):
+        with Journal(location, write=True) as j:
+            j.fresh_keys = True
+            j.create_run(run=NewRun(
+                run_id=run, root_run_id=run, plan_name="p", plan={"steps": []},
+                digest="0" * 64, revision=1, status="running", created_at=now(),
+                params={}, contracts={}, options={}, plan_file="plans/p.yaml",
+                lease_owner=MINE), steps=[("a", 0, "echo"), ("b", 1, "echo"),
+                                          ("f", 2, "echo")])
+            assert (j.backend.calls is not None) == (location == pg_url)
+            j.step_started(run, "a", attempt=1, key="k-a", root_run_id=run,
+                           arguments_digest="d" * 64)
+            j.step_finished(run, "a", status="succeeded", key="k-a", output={"é": [1]},
+                            facets={"values": {"n": 1}, "cut": []}, defer=True,
+                            event_data={"stderr_tail": "warn"})
+            j.step_started(run, "b", attempt=1, key="k-b", root_run_id=run, defer=True)
+            j.flush()
+            j.step_finished(run, "b", status="failed", key="k-b",
+                            error={"code": "tool_error", "message": "no"})
+            j.fanout_begin(run, "f", 3)
+            for i in (2, 0):
+                j.step_started(run, "f", attempt=1, key=f"k-f{i}", root_run_id=run, item=i,
+                               defer=True, arguments_digest=f"{i}" * 64)
+            j.flush()
+            j.step_finished(run, "f", status="succeeded", key="k-f2", output=2, item=2,
+                            defer=True)
+            j.step_finished(run, "f", status="indeterminate", key=None, item=0,
+                            error={"code": "lost", "message": "?"}, defer=True)
+            j.flush()
+            steps = [(s.step_id, s.status, s.attempts, s.idempotency_key, s.output, s.error,
+                      s.facets) for s in j.steps(run)]
+            items = [(i.index, i.status, i.attempts, i.idempotency_key, i.output, i.error)
+                     for i in j.items(run, "f")]
+            events = [(e["kind"], e["step"], e["item"], e["data"]) for e in j.events(run)]
+            keys = [j.succeeded_key(k) for k in ("k-a", "k-b", "k-f0", "k-f2")]
+        seen.append((steps, items, events, keys))
+    assert seen[0] == seen[1]
+    assert seen[0][3] == [(True, {"é": [1]}), (False, None), (False, None), (True, 2)]
+
+
+def _functions(url: str) -> dict[str, str | None]:
+    """The planrun_* functions of the journal, with their comments."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute(
+            "SELECT proname, obj_description(oid, 'pg_proc') FROM pg_proc "
+            "WHERE proname LIKE 'planrun%'").fetchall())
+
+
+def test_a_journal_without_the_write_functions_gets_them_when_opened_for_writing(
+        pg_url: str) -> None:
+    """A journal of the previous planrun: planrun_expect alone.
+
+    Read, it stays as it is (a write would use the journal's SQL); opened for writing,
+    the migration (under its lock) creates the functions, which the writes then use.
+    """
+    from planrun.journal.backends.postgres import FUNCTIONS_VERSION
+
+    Journal(pg_url, write=True).close()
+    _sql(pg_url, "DROP FUNCTION " + ", ".join(WRITE_FUNCTIONS))
+    assert set(_functions(pg_url)) == {"planrun_expect"}
+    with Journal(pg_url, write=False) as j:
+        assert j.backend.calls is None
+        assert j.run_ids() == []
+    assert set(_functions(pg_url)) == {"planrun_expect"}
+    run = "0123456789abcdef"
+    with _calls_journal(pg_url, (run,)) as j:
+        j.step_started(run, "a", attempt=1, key="k-a", root_run_id=run)
+        j.step_finished(run, "a", status="succeeded", key="k-a", output=1)
+        assert [s.status for s in j.steps(run)] == ["succeeded", "pending", "running"]
+    functions = _functions(pg_url)
+    assert set(functions) == {"planrun_expect", *WRITE_FUNCTIONS}
+    assert functions["planrun_begin"] == f"planrun write functions {FUNCTIONS_VERSION}"
+
+
+def test_a_journal_of_an_older_schema_migrates_with_the_write_functions(pg_url: str) -> None:
+    """Schema version 4 (before facets) with planrun_expect alone: one migration, both."""
+    import psycopg
+
+    from planrun.journal.backends.postgres import EXPECT_FUNCTION, pg_statement
+    from planrun.journal.schema import MIGRATIONS
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE planrun_schema (version BIGINT NOT NULL)")
+        conn.execute("INSERT INTO planrun_schema (version) VALUES (4)")
+        for statements in MIGRATIONS[:4]:
+            for statement in statements:
+                conn.execute(pg_statement(statement).encode())
+        conn.execute(EXPECT_FUNCTION.encode())
+    run = "0123456789abcdef"
+    with _calls_journal(pg_url, (run,)) as j:
+        j.step_started(run, "a", attempt=1, key="k-a", root_run_id=run)
+        j.step_finished(run, "a", status="succeeded", key="k-a", output=1,
+                        facets={"values": {}, "cut": []})
+        assert j.steps(run)[0].facets == {"values": {}, "cut": []}  # version 5's column
+    assert set(_functions(pg_url)) == {"planrun_expect", *WRITE_FUNCTIONS}
+
+
+def test_newer_write_functions_are_never_replaced_by_older_ones(pg_url: str) -> None:
+    """A newer planrun's functions (a higher version) stay as they are.
+
+    Also when this planrun migrates (it found older ones, and a newer planrun created
+    its own before this one got the migration's lock): they are read again under it.
+    """
+    import psycopg
+
+    from planrun.journal.backends.postgres import PgConnection, migrate
+
+    Journal(pg_url, write=True).close()
+    _sql(pg_url, "COMMENT ON FUNCTION planrun_begin() IS 'planrun write functions 99'")
+    _sql(pg_url, "DROP FUNCTION planrun_claim")
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        migrate(PgConnection(raw), pg_url)
+    run = "0123456789abcdef"
+    with _calls_journal(pg_url, (run,)) as j:
+        j.step_started(run, "a", attempt=1, key="k-a", root_run_id=run)
+    functions = _functions(pg_url)
+    assert functions["planrun_begin"] == "planrun write functions 99"
+    assert "planrun_claim" not in functions

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import JournalError, RunError
-from .backends import JournalBackend, open_backend
+from .backends import Fail, JournalBackend, open_backend
 from .records import dumps
 
 #: A connection of the backend (its driver's type).
@@ -200,22 +200,34 @@ class JournalBase:
         Raises:
             LeaseLost: another process (or nobody) holds the lease now (exit 5, run_busy).
         """
-        if self.owner is None or run_id in self._guarded:
-            return  # checked once per transaction and run
-        self._guarded.add(run_id)
-        epoch = self._epochs.get(run_id)
+        guard = self._lease_check(run_id)
+        if guard is None:
+            return
+        owner, epoch, lost = guard
         condition = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND lease_owner = ?"
-        params: tuple[Any, ...] = (run_id, self.owner)
+        params: tuple[Any, ...] = (run_id, owner)
         if epoch is not None:
             condition += " AND lease_epoch = ?"
             params += (epoch,)
+        self.backend.expect(conn, condition + ")", params, lost,
+                            "SELECT lease_owner FROM runs WHERE run_id = ?", (run_id,))
+
+    def _lease_check(self, run_id: str) -> tuple[str, int | None, Fail] | None:
+        """(owner, epoch or None, the LeaseLost maker) of :meth:`_guard`'s check, or None.
+
+        None when there is nothing to check: no owner, or the run was checked already in
+        this transaction (once per transaction and run). A backend's server-side write
+        (``backend.calls``) makes the check itself with these.
+        """
+        if self.owner is None or run_id in self._guarded:
+            return None
+        self._guarded.add(run_id)
 
         def lost(holder: str | None) -> BaseException:
             return LeaseLost(f"run {run_id} is now held by {holder or 'nobody'}; "
                              "this process stops writing to it")
 
-        self.backend.expect(conn, condition + ")", params, lost,
-                            "SELECT lease_owner FROM runs WHERE run_id = ?", (run_id,))
+        return self.owner, self._epochs.get(run_id), lost
 
     def _expect_changed(self, conn: Conn, sql: str, params: tuple[Any, ...], message: str,
                         rows: int = 1) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import RunError
 from .base import Conn, JournalBase, _reads, now
-from .records import _loads, lease_record
+from .records import _loads, dumps, lease_record
 
 
 class DispatchMixin(JournalBase):
@@ -47,6 +47,17 @@ class DispatchMixin(JournalBase):
                               extra)
             return ts
         table, where, args = self._target(run_id, step_id, item)
+        message = f"step {step_id!r} of run {run_id} is not pending"
+        calls = self.backend.calls
+        if calls is not None and self.fresh_keys:  # one server-side call writes the same
+            data_json = dumps({"attempt": attempt, "key": key, **extra})
+
+            def call(c: Conn) -> None:
+                calls.start(c, run_id, self._lease_check(run_id), step_id, item, attempt,
+                            key, ts, message, root_run_id, data_json)
+
+            self._apply(call, defer)
+            return ts
 
         def write(c: Conn) -> None:
             self._guard(c, run_id)
@@ -55,7 +66,7 @@ class DispatchMixin(JournalBase):
                 "recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END, "
                 f"started_at = COALESCE(started_at, ?), error_json = NULL WHERE {where} "
                 "AND status IN ('pending', 'running', 'indeterminate')",
-                (attempt, key, ts, *args), f"step {step_id!r} of run {run_id} is not pending")
+                (attempt, key, ts, *args), message)
             if not self.fresh_keys:
                 self._refuse_live_claim(c, [key], run_id)
             c.execute(
@@ -201,10 +212,18 @@ class _Claims:
         journal = self.journal
         run_id, step_id, root_run_id = self.target
         claims = self.claims
+        indices = [idx for idx, _, _, _ in claims]
+        message = (f"item(s) {', '.join(map(str, indices))} of step {step_id!r} of run "
+                   f"{run_id} are not pending")
+        calls = journal.backend.calls
+        if calls is not None and journal.fresh_keys:  # one server-side call, same writes
+            calls.claim(c, run_id, journal._lease_check(run_id), step_id, root_run_id, claims,
+                        [dumps({"attempt": attempt, "key": key, **self.extra.get(idx, {})})
+                         for idx, attempt, key, _ in claims], message)
+            return
         journal._guard(c, run_id)
         rows = ", ".join("(?, ?, ?, ?)" for _ in claims)
         marks = ", ".join("?" for _ in claims)
-        indices = [idx for idx, _, _, _ in claims]
         journal._expect_changed(
             c, "UPDATE items SET status = 'running', attempts = w.attempts, "
             "idempotency_key = w.claimed_key, recoveries = items.recoveries + CASE WHEN "
@@ -216,9 +235,7 @@ class _Claims:
             f"step_id = ? AND item_index IN ({marks}) AND status IN ('pending', 'running', "
             f"'indeterminate'){journal.backend.CLAIM_SQL})",
             (*(v for claim in claims for v in claim), run_id, step_id, run_id, step_id,
-             *indices),
-            f"item(s) {', '.join(map(str, indices))} of step {step_id!r} of run {run_id} "
-            "are not pending", rows=len(claims))
+             *indices), message, rows=len(claims))
         if not journal.fresh_keys:
             journal._refuse_live_claim(c, [key for _, _, key, _ in claims], run_id)
         c.execute(

@@ -48,6 +48,19 @@ class StepsMixin(JournalBase):
 
         extra, more = ("", ()) if item is not None or facets is None else (
             ", facets_json = ?", (dumps(facets),))
+        message = f"step {step_id!r} of run {run_id} was not {' or '.join(expected)}"
+        calls = self.backend.calls
+        if calls is not None:  # the same record, written by one server-side call
+            facets_json = more[0] if more else None
+            data_json = dumps(data) if data else None
+
+            def call(c: Conn) -> None:
+                calls.finish(c, run_id, self._lease_check(run_id), step_id, item, status,
+                             out_json, err_json, ts, facets_json, bool(more), expected,
+                             message, key, kind, data_json)
+
+            self._apply(call, defer)
+            return ts
 
         def write(c: Conn) -> None:
             self._guard(c, run_id)
@@ -55,8 +68,7 @@ class StepsMixin(JournalBase):
                 c, f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
                 f"finished_at = ?{extra} WHERE {where} AND status IN "
                 f"({', '.join('?' for _ in expected)})",
-                (status, out_json, err_json, ts, *more, *args, *expected),
-                f"step {step_id!r} of run {run_id} was not {' or '.join(expected)}")
+                (status, out_json, err_json, ts, *more, *args, *expected), message)
             if key is not None:
                 if status == "succeeded":
                     c.execute("UPDATE idempotency_keys SET status = 'succeeded', "

@@ -20,6 +20,9 @@ supplies what differs between databases:
   of statements: PostgreSQL, where a statement costs its share of a round trip; SQLite
   writes each item's record on its own, its fastest path) and ``CLAIM_SQL`` (the end of
   the ``SELECT`` that locks the rows claimed: ``FOR UPDATE SKIP LOCKED``);
+- ``calls``: the hot writes (outcome and dispatch records, batch claims) as server-side
+  calls (:class:`WriteCalls`; PostgreSQL, once its functions exist), or None: the
+  journal's SQL (SQLite);
 - SQL fragments: ``NOW_SQL`` (the database clock, seconds since the epoch; leases use
   it), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
 - its migrations (``planrun.journal.schema`` for SQLite).
@@ -48,6 +51,33 @@ Fail = Callable[[str | None], BaseException]
 SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
+class WriteCalls(Protocol):
+    """The journal's hot writes as server-side calls (``backend.calls``; PostgreSQL).
+
+    Each writes what the journal's SQL for it writes (``journal.steps``,
+    ``journal.dispatch``) and makes the same checks: ``guard`` is the lease check
+    (owner, epoch or None, what a lost lease raises) or None for none; a record not in
+    the expected state raises ``JournalError(message)``; either rolls the transaction back.
+    """
+
+    def finish(self, conn: Any, run_id: str, guard: tuple[str, int | None, Fail] | None,
+               step_id: str, item: int | None, status: str, out_json: str | None,
+               err_json: str | None, ts: str, facets_json: str | None, set_facets: bool,
+               expected: Sequence[str], message: str, key: str | None, kind: str,
+               data_json: str | None) -> None:
+        """An outcome record, its key (succeeded: output kept; failed: released), event."""
+
+    def start(self, conn: Any, run_id: str, guard: tuple[str, int | None, Fail] | None,
+              step_id: str, item: int | None, attempt: int, key: str, ts: str,
+              message: str, root_run_id: str, data_json: str) -> None:
+        """A dispatch record (``running``), its key claimed, its ``step_started`` event."""
+
+    def claim(self, conn: Any, run_id: str, guard: tuple[str, int | None, Fail] | None,
+              step_id: str, root_run_id: str, claims: Sequence[tuple[int, int, str, str]],
+              data_json: Sequence[str], message: str) -> None:
+        """Items' dispatch records in one batch: (index, attempt, key, start time) each."""
+
+
 class JournalBackend(Protocol):
     """What :class:`planrun.journal.Journal` needs of a database (see the module doc)."""
 
@@ -58,6 +88,10 @@ class JournalBackend(Protocol):
     NOW_SQL: ClassVar[str]
     BATCH_CLAIMS: ClassVar[bool]
     CLAIM_SQL: ClassVar[str]
+
+    @property
+    def calls(self) -> WriteCalls | None:
+        """The hot writes as server-side calls, or None: the journal's own SQL."""
 
     def open(self, *, write: bool) -> Any:
         """A connection, or None (a journal not created yet; reads only)."""

@@ -21,7 +21,14 @@ Decisions (``docs/postgres-journal.md``):
   round trip: one per chain step (9 before batching). Fan-out items that start together
   are claimed in one batch (``BATCH_CLAIMS``, ``CLAIM_SQL``: ``FOR UPDATE SKIP
   LOCKED``), and a batched ``executemany`` of an ``INSERT … VALUES`` is sent as
-  multi-row INSERTs.
+  multi-row INSERTs. A transaction sent whole goes without ``BEGIN``/``COMMIT`` (one
+  query message is one implicit transaction on the server).
+- **Server-side writes.** Outcome and dispatch records and batch claims, the hot path,
+  are one call each of a PL/pgSQL function (:data:`WRITE_FUNCTIONS`, :class:`PgCalls`,
+  ``backend.calls``): the server plans the statements in them once per server session,
+  so a chain step is 3 statements to parse instead of 12, with no named prepared
+  statements (PgBouncer-safe). They have a version of their own
+  (:data:`FUNCTIONS_VERSION`), created or brought up by :func:`migrate`.
 - **Writes.** Every write transaction starts with ``pg_advisory_xact_lock`` on a key of
   this journal (one database): write transactions of all processes on all hosts are
   serialized as SQLite's ``BEGIN IMMEDIATE`` serializes them, so every guarded write
@@ -48,6 +55,7 @@ Decisions (``docs/postgres-journal.md``):
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -91,10 +99,139 @@ $fn$"""
 
 #: The start of every write transaction (sent with its first read): the transaction, its
 #: limits (``SET LOCAL``: nothing outlives it, as a transaction-pooling PgBouncer needs),
-#: the journal's write lock.
+#: the journal's write lock. With the write functions (:data:`WRITE_FUNCTIONS`):
+#: :data:`_BEGIN_CALL`, the same in one statement.
 _BEGIN_WRITE = ("BEGIN", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'",
                 f"SET LOCAL idle_in_transaction_session_timeout = '{IDLE_TIMEOUT}'",
                 f"SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+_BEGIN_CALL = ("BEGIN", "SELECT planrun_begin()")
+
+#: The version of :data:`WRITE_FUNCTIONS`, kept as the comment of ``planrun_begin()``
+#: (``planrun write functions N``). A journal whose functions are older (none, or only
+#: ``planrun_expect``: version 1) gets them when it is opened for writing (:func:`migrate`);
+#: newer ones (a newer planrun's) are never replaced by these.
+FUNCTIONS_VERSION = 2
+#: The server-side writes of the hot path (created by :func:`migrate` with
+#: ``planrun_expect``): PL/pgSQL, so the server parses and plans each statement in them
+#: once per server session and reuses the plan (no named prepared statements: a
+#: transaction-pooling PgBouncer works), and a write is one short statement on the wire.
+#: Each does what the journal's SQL for it does (``journal.steps``, ``journal.dispatch``),
+#: the same checks raising :data:`CHECK_FAILED` with the check ids the client gave (each
+#: starts with the lease check, :data:`_GUARD`, unless its owner is NULL):
+#:
+#: - ``planrun_begin()``: the transaction's limits (``set_config(…, true)``, as
+#:   ``SET LOCAL``) and the journal's write lock;
+#: - ``planrun_finish(…)``: an outcome record (a step's or an item's), its key and event;
+#: - ``planrun_start(…)``: a dispatch record (a step's or one item's), its key and event;
+#: - ``planrun_claim(…)``: a batch of items' dispatch records (``FOR UPDATE SKIP LOCKED``).
+_GUARD = """\
+  IF p_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs WHERE run_id = p_run
+      AND lease_owner = p_owner AND (p_epoch IS NULL OR lease_epoch = p_epoch)) THEN
+    PERFORM planrun_expect(false, p_guard,
+                           (SELECT lease_owner FROM runs WHERE run_id = p_run));
+  END IF;
+"""
+WRITE_FUNCTIONS = f"""\
+CREATE OR REPLACE FUNCTION planrun_begin() RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+  PERFORM set_config('lock_timeout', '{LOCK_TIMEOUT}', true);
+  PERFORM set_config('idle_in_transaction_session_timeout', '{IDLE_TIMEOUT}', true);
+  PERFORM pg_advisory_xact_lock({WRITE_LOCK});
+END
+$fn$;
+CREATE OR REPLACE FUNCTION planrun_finish(p_run text, p_owner text, p_epoch bigint,
+  p_guard text, p_step text, p_item bigint, p_status text, p_out text, p_err text,
+  p_ts text, p_set_facets boolean, p_facets text, p_expected text, p_check text,
+  p_key text, p_kind text, p_data text) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  changed bigint;
+BEGIN
+{_GUARD}  IF p_item IS NOT NULL THEN
+    UPDATE items SET status = p_status, output_json = p_out, error_json = p_err,
+      finished_at = p_ts WHERE run_id = p_run AND step_id = p_step
+      AND item_index = p_item AND status = ANY (string_to_array(p_expected, ','));
+  ELSIF p_set_facets THEN
+    UPDATE steps SET status = p_status, output_json = p_out, error_json = p_err,
+      finished_at = p_ts, facets_json = p_facets WHERE run_id = p_run
+      AND step_id = p_step AND status = ANY (string_to_array(p_expected, ','));
+  ELSE
+    UPDATE steps SET status = p_status, output_json = p_out, error_json = p_err,
+      finished_at = p_ts WHERE run_id = p_run AND step_id = p_step
+      AND status = ANY (string_to_array(p_expected, ','));
+  END IF;
+  GET DIAGNOSTICS changed = ROW_COUNT;
+  IF changed <> 1 THEN
+    PERFORM planrun_expect(false, p_check, NULL);
+  END IF;
+  IF p_key IS NOT NULL AND p_status = 'succeeded' THEN
+    UPDATE idempotency_keys SET status = 'succeeded', output_json = p_out,
+      finished_at = p_ts WHERE key = p_key;
+  ELSIF p_key IS NOT NULL AND p_status = 'failed' THEN
+    DELETE FROM idempotency_keys WHERE key = p_key;
+  END IF;
+  INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json)
+    VALUES (p_run, p_ts, p_kind, p_step, p_item, p_data);
+END
+$fn$;
+CREATE OR REPLACE FUNCTION planrun_start(p_run text, p_owner text, p_epoch bigint,
+  p_guard text, p_step text, p_item bigint, p_attempt bigint, p_key text, p_ts text,
+  p_check text, p_root text, p_data text) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  changed bigint;
+BEGIN
+{_GUARD}  IF p_item IS NULL THEN
+    UPDATE steps SET status = 'running', attempts = p_attempt, idempotency_key = p_key,
+      recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END,
+      started_at = COALESCE(started_at, p_ts), error_json = NULL
+      WHERE run_id = p_run AND step_id = p_step
+      AND status IN ('pending', 'running', 'indeterminate');
+  ELSE
+    UPDATE items SET status = 'running', attempts = p_attempt, idempotency_key = p_key,
+      recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END,
+      started_at = COALESCE(started_at, p_ts), error_json = NULL
+      WHERE run_id = p_run AND step_id = p_step AND item_index = p_item
+      AND status IN ('pending', 'running', 'indeterminate');
+  END IF;
+  GET DIAGNOSTICS changed = ROW_COUNT;
+  IF changed <> 1 THEN
+    PERFORM planrun_expect(false, p_check, NULL);
+  END IF;
+  INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, status,
+      claimed_at) VALUES (p_key, p_root, p_run, p_step, p_item, 'running', p_ts)
+    ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, status = 'running',
+      claimed_at = excluded.claimed_at;
+  INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json)
+    VALUES (p_run, p_ts, 'step_started', p_step, p_item, p_data);
+END
+$fn$;
+CREATE OR REPLACE FUNCTION planrun_claim(p_run text, p_owner text, p_epoch bigint,
+  p_guard text, p_step text, p_root text, p_claims json, p_check text)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+  w record;
+BEGIN
+{_GUARD}  FOR w IN SELECT (e->>0)::bigint AS i, (e->>1)::bigint AS a, e->>2 AS k, e->>3 AS t,
+      e->>4 AS d FROM json_array_elements(p_claims) WITH ORDINALITY AS j (e, o) ORDER BY o
+  LOOP
+    PERFORM 1 FROM items WHERE run_id = p_run AND step_id = p_step AND item_index = w.i
+      AND status IN ('pending', 'running', 'indeterminate') FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+      PERFORM planrun_expect(false, p_check, NULL);
+    END IF;
+    UPDATE items SET status = 'running', attempts = w.a, idempotency_key = w.k,
+      recoveries = recoveries + CASE WHEN status = 'running' THEN 1 ELSE 0 END,
+      started_at = COALESCE(started_at, w.t), error_json = NULL
+      WHERE run_id = p_run AND step_id = p_step AND item_index = w.i;
+    INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, status,
+        claimed_at) VALUES (w.k, p_root, p_run, p_step, w.i, 'running', w.t)
+      ON CONFLICT (key) DO UPDATE SET run_id = excluded.run_id, status = 'running',
+        claimed_at = excluded.claimed_at;
+    INSERT INTO events (run_id, ts, kind, step_id, item_index, data_json)
+      VALUES (p_run, w.t, 'step_started', p_step, w.i, w.d);
+  END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION planrun_begin() IS 'planrun write functions {FUNCTIONS_VERSION}'"""
 
 
 # --- SQL ------------------------------------------------------------------------------------
@@ -217,10 +354,14 @@ class PgConnection:
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
         self._client = psycopg.ClientCursor(raw)
+        #: The cursor batches are sent with (their results are read at once).
+        self._cursor = raw.cursor()
         #: The statements of the open batch (None: not batching) and their results.
         self._batch: list[tuple[bytes, list[_Result]]] | None = None
         #: The server-side checks of the open write transaction, by id (:meth:`expect`).
         self._checks: dict[str, Fail] = {}
+        #: Whether nothing of the open write transaction was sent yet.
+        self._unsent = False
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Run one statement (``?`` placeholders)."""
@@ -276,8 +417,7 @@ class PgConnection:
             if not row[0]:
                 raise fail(None if row[1] is None else str(row[1]))
             return
-        check_id = str(len(self._checks) + 1)
-        self._checks[check_id] = fail
+        check_id = self.check(fail)
         # The check's id is a parameter: the statement's text (and its cached
         # translation, pg_sql) stays the same in every transaction.
         self.execute(f"SELECT planrun_expect({condition}, ?, ({detail})::text)",
@@ -292,23 +432,46 @@ class PgConnection:
             if self.execute(sql, params).rowcount != rows:
                 raise fail(None)
             return
-        check_id = str(len(self._checks) + 1)
-        self._checks[check_id] = fail
+        check_id = self.check(fail)
         self.execute(f"WITH changed AS ({sql} RETURNING 1) SELECT planrun_expect("
                      "count(*) = ?, ?, NULL) FROM changed", (*params, rows, check_id))
+
+    def check(self, fail: Fail) -> str:
+        """Register a server-side check of the open write transaction; its id.
+
+        A statement of the transaction that raises :data:`CHECK_FAILED` with this id as
+        DETAIL (and the detail value as HINT) is raised as ``fail(hint or None)``.
+        """
+        check_id = str(len(self._checks) + 1)
+        self._checks[check_id] = fail
+        return check_id
 
     def begin_batch(self, statements: Sequence[str]) -> None:
         """Start batching, with ``statements`` (no parameters) first in the batch."""
         self._batch = [(s.encode(), [_Result(self)]) for s in statements]
         self._checks = {}
+        self._unsent = True
 
     def send_batch(self) -> None:
-        """Send the statements batched so far in one round trip; fill in their results."""
+        """Send the statements batched so far in one round trip; fill in their results.
+
+        A whole transaction sent at once (``BEGIN`` … ``COMMIT`` in one batch) goes
+        without its ``BEGIN`` and ``COMMIT``: the server runs the statements of one query
+        message as one implicit transaction (committed at its end, as durably; rolled
+        back, the rest skipped, at the first error), so they need not be sent.
+        """
         if not self._batch:
             return
         batch, self._batch = self._batch, []
+        if self._unsent and len(batch) > 2 and batch[0][0] == b"BEGIN" \
+                and batch[-1][0] == b"COMMIT":
+            for _text, results in (batch[0], batch[-1]):
+                for result in results:
+                    result._set(-1, [], None)
+            batch = batch[1:-1]
+        self._unsent = False
         try:
-            cur = self.raw.execute(b";\n".join(text for text, _ in batch))
+            cur = self._cursor.execute(b";\n".join(text for text, _ in batch))
         except psycopg.Error as exc:
             fail = self._checks.get(exc.diag.message_detail or "") \
                 if exc.sqlstate == CHECK_FAILED else None
@@ -318,9 +481,10 @@ class PgConnection:
         for i, (_text, results) in enumerate(batch):
             if i:
                 cur.nextset()
-            rows = cur.fetchall() if cur.description is not None else []
+            description = cur.description  # (built anew at each reading)
+            rows = cur.fetchall() if description is not None else []
             for result in results:
-                result._set(cur.rowcount, rows, cur.description)
+                result._set(cur.rowcount, rows, description)
 
     @property
     def batching(self) -> bool:
@@ -389,6 +553,69 @@ class _Many:
     @property
     def rowcount(self) -> int:
         return sum(max(0, r.rowcount) for r in self._results)
+
+
+# --- server-side writes ----------------------------------------------------------------------
+
+
+#: (owner, epoch or None, what a lost lease raises) of a transaction's lease check, or
+#: None: no check (no owner, or the run was checked already in this transaction).
+Guard = tuple[str, int | None, Fail] | None
+
+_FINISH = "SELECT planrun_finish(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_START = "SELECT planrun_start(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_CLAIM = "SELECT planrun_claim(?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _guard_args(conn: PgConnection, guard: Guard) -> tuple[Any, ...]:
+    """(owner, epoch, check id) of ``planrun_guard``: all None for no check."""
+    if guard is None:
+        return (None, None, None)
+    owner, epoch, lost = guard
+    return (owner, epoch, conn.check(lost))
+
+
+class PgCalls:
+    """The journal's hot writes as calls of :data:`WRITE_FUNCTIONS` (one statement each).
+
+    The journal (``journal.steps``, ``journal.dispatch``) uses these instead of its SQL
+    when the backend has them (``backend.calls``); each writes what that SQL writes and
+    makes the same checks, on the server: a check that does not hold raises its ``fail``
+    (``LeaseLost`` for the lease, ``JournalError(message)`` for a record not in the
+    expected state) and rolls the whole transaction back.
+    """
+
+    @staticmethod
+    def finish(conn: PgConnection, run_id: str, guard: Guard, step_id: str,
+               item: int | None, status: str, out_json: str | None, err_json: str | None,
+               ts: str, facets_json: str | None, set_facets: bool,
+               expected: Sequence[str], message: str, key: str | None, kind: str,
+               data_json: str | None) -> None:
+        """An outcome record (``step_finished``): status, output/error, key, event."""
+        conn.execute(_FINISH, (
+            run_id, *_guard_args(conn, guard), step_id, item, status, out_json, err_json, ts,
+            set_facets, facets_json, ",".join(expected),  # statuses: never a comma
+            conn.check(lambda _: JournalError(message)), key, kind, data_json))
+
+    @staticmethod
+    def start(conn: PgConnection, run_id: str, guard: Guard, step_id: str, item: int | None,
+              attempt: int, key: str, ts: str, message: str, root_run_id: str,
+              data_json: str) -> None:
+        """A dispatch record (``step_started``): ``running``, its key claimed, its event."""
+        conn.execute(_START, (
+            run_id, *_guard_args(conn, guard), step_id, item, attempt, key, ts,
+            conn.check(lambda _: JournalError(message)), root_run_id, data_json))
+
+    @staticmethod
+    def claim(conn: PgConnection, run_id: str, guard: Guard, step_id: str, root_run_id: str,
+              claims: Sequence[tuple[int, int, str, str]], data_json: Sequence[str],
+              message: str) -> None:
+        """Items' dispatch records in one batch: (index, attempt, key, start time) each."""
+        conn.execute(_CLAIM, (
+            run_id, *_guard_args(conn, guard), step_id, root_run_id,
+            json.dumps([[*claim, data] for claim, data in zip(claims, data_json, strict=True)],
+                       separators=(",", ":")),
+            conn.check(lambda _: JournalError(message))))
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -470,17 +697,25 @@ def _version(conn: PgConnection) -> int | None:
     return _state(conn)[0]
 
 
-def _state(conn: PgConnection) -> tuple[int | None, bool]:
-    """(the schema version or None, whether ``planrun_expect`` exists): what is set up."""
+def _state(conn: PgConnection) -> tuple[int | None, int]:
+    """(the schema version or None, the version of its server-side functions): what is set up.
+
+    The functions' version is 0 without ``planrun_expect``, 1 with it alone, else the one
+    in the comment of ``planrun_begin()`` (:data:`FUNCTIONS_VERSION`).
+    """
     row = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = "
-        "current_schema() AND tablename = 'planrun_schema'), EXISTS (SELECT 1 FROM "
-        "pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
-        "WHERE n.nspname = current_schema() AND p.proname = 'planrun_expect')").fetchone()
+        "current_schema() AND tablename = 'planrun_schema'), (SELECT max(CASE WHEN "
+        "p.proname = 'planrun_expect' THEN 1 ELSE COALESCE(substring(pg_catalog."
+        "obj_description(p.oid, 'pg_proc') FROM '^planrun write functions ([0-9]+)$')::int, "
+        "0) END) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = "
+        "p.pronamespace WHERE n.nspname = current_schema() AND p.proname IN "
+        "('planrun_expect', 'planrun_begin'))").fetchone()
+    functions = int(row[1] or 0)
     if not row[0]:
-        return None, bool(row[1])
+        return None, functions
     version = conn.execute("SELECT max(version) FROM planrun_schema").fetchone()
-    return (int(version[0]) if version and version[0] is not None else 0), bool(row[1])
+    return (int(version[0]) if version and version[0] is not None else 0), functions
 
 
 def _check_version(location: str, version: int | None) -> None:
@@ -494,8 +729,10 @@ def _check_version(location: str, version: int | None) -> None:
 def migrate(conn: PgConnection, location: str) -> None:
     """Bring the schema to :data:`SCHEMA_VERSION` in one transaction, under an advisory lock.
 
-    Also (re)creates ``planrun_expect`` (:data:`EXPECT_FUNCTION`), the server-side check
-    of write transactions: PostgreSQL only, so it has no schema version of its own.
+    Also creates the server-side functions of write transactions, ``planrun_expect``
+    (:data:`EXPECT_FUNCTION`) and :data:`WRITE_FUNCTIONS`, unless the journal has these or
+    newer ones (a newer planrun's, which these never replace): PostgreSQL only, so they
+    have a version of their own (:data:`FUNCTIONS_VERSION`), not a schema version.
 
     Raises:
         JournalError: a newer schema, or a database with other tables named like
@@ -503,7 +740,7 @@ def migrate(conn: PgConnection, location: str) -> None:
     """
     conn.script(f"BEGIN; SELECT pg_advisory_xact_lock({MIGRATE_LOCK})")
     try:
-        version = _version(conn)  # another process may have migrated meanwhile
+        version, functions = _state(conn)  # another process may have migrated meanwhile
         _check_version(location, version)
         if version is None:
             if _has_table(conn, "runs"):
@@ -519,7 +756,9 @@ def migrate(conn: PgConnection, location: str) -> None:
                 conn.execute(pg_statement(statement))
             version += 1
         conn.execute("UPDATE planrun_schema SET version = ?", (version,))
-        conn.script(EXPECT_FUNCTION)
+        if functions < FUNCTIONS_VERSION:
+            conn.script(EXPECT_FUNCTION)
+            conn.script(WRITE_FUNCTIONS)
         conn.script("COMMIT")
     except BaseException:
         conn.rollback()
@@ -553,6 +792,8 @@ class PostgresBackend:
     def __init__(self, location: str) -> None:
         self.location = location
         self._conn: PgConnection | None = None
+        #: The server-side writes (:class:`PgCalls`), once :meth:`open` found them.
+        self.calls: PgCalls | None = None
 
     def _connect(self) -> PgConnection:
         extra: dict[str, Any] = {}
@@ -578,13 +819,14 @@ class PostgresBackend:
         """
         conn = self._connect()
         try:
-            version, has_expect = _state(conn)
+            version, functions = _state(conn)
             _check_version(self.location, version)
             if version is None and not write:
                 conn.close()
                 return None
-            if version != SCHEMA_VERSION or (write and not has_expect):
+            if version != SCHEMA_VERSION or (write and functions < FUNCTIONS_VERSION):
                 migrate(conn, self.location)
+                functions = FUNCTIONS_VERSION
         except JournalError:
             conn.close()
             raise
@@ -592,6 +834,9 @@ class PostgresBackend:
             error = _fail(self.location, exc, "set up", conn)
             conn.close()
             raise error from None
+        # A journal opened for reading may have older functions: its writes (if any) are
+        # made with the journal's SQL.
+        self.calls = PgCalls() if functions >= FUNCTIONS_VERSION else None
         return conn
 
     @contextmanager
@@ -600,7 +845,7 @@ class PostgresBackend:
 
         Rolled back on any error, also when ``COMMIT`` itself fails.
         """
-        conn.begin_batch(_BEGIN_WRITE)
+        conn.begin_batch(_BEGIN_WRITE if self.calls is None else _BEGIN_CALL)
         try:
             yield conn
             conn.execute("COMMIT")

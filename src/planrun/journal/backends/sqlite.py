@@ -345,6 +345,8 @@ class SqliteBackend:
     BATCH_CLAIMS: ClassVar[bool] = False
     #: Nothing: ``BEGIN IMMEDIATE`` holds the whole file for the write transaction.
     CLAIM_SQL: ClassVar[str] = ""
+    #: No server-side writes: the journal's SQL, run in-process.
+    calls: None = None
 
     def __init__(self, path: Path) -> None:
         self.path = path
