@@ -27,6 +27,9 @@ from .common import MAX_RECOVERIES, Outcome, Slots, inject_fault, internal_error
 #: An output is written once to see that it is JSON data (``json.dumps`` with options
 #: would build a new encoder per call).
 _OUTPUT_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+#: Outputs that are already what the journal gives back (a str, int, float, bool or None
+#: reads back as itself: no need to parse its JSON; a subclass such as an IntEnum is not).
+_AS_JOURNALED = frozenset({str, int, float, bool, type(None)})
 
 
 class Attempts(RunParts):
@@ -258,7 +261,7 @@ class Attempts(RunParts):
             return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
                             f"a value nested too deeply to store (more than {MAX_DEPTH} "
                             "levels)"}
-        if type(output) is not str:  # a str is already itself; anything else, read back
+        if type(output) not in _AS_JOURNALED:  # anything else is read back from its JSON
             output = json.loads(text)
         validator = step.tool.output_validator
         if validator is not None:
