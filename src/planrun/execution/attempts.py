@@ -24,6 +24,9 @@ from ..validation import CheckedStep
 from .base import RunParts
 from .common import MAX_RECOVERIES, Outcome, Slots, inject_fault, internal_error
 
+#: How long a dispatch commit waits for other calls' outcomes while calls run (seconds).
+COMMIT_WINDOW_S = 0.0002
+
 #: An output is written once to see that it is JSON data (``json.dumps`` with options
 #: would build a new encoder per call).
 _OUTPUT_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
@@ -198,11 +201,26 @@ class Attempts(RunParts):
         """Commit the dispatch records of every call starting now, in one transaction.
 
         Calls that become ready at the same moment (fan-out workers, independent steps)
-        share one durable commit; none of them is called before it is done.
+        share one durable commit; none of them is called before it is done. While other
+        calls run, the commit waits up to :data:`COMMIT_WINDOW_S` (0.2 ms, about one
+        commit) for them, and no longer than until none runs: a fan-out of instant calls
+        on 4 slots then commits 4 items at a time instead of 2 (W2: 511 commits for 2,000
+        items in 4 runs of 5, against 1,010 in 3 of 5 before; issue 16).
         """
+        loop = asyncio.get_running_loop()
         if self._batch is None:
-            loop = asyncio.get_running_loop()
             self._batch = loop.create_future()
+            if self._calls:
+                # Other calls are under way: those that end in the next moment put their
+                # outcomes and their successors' dispatch records into this commit too (a
+                # group-commit window, as PostgreSQL's commit_delay with commit_siblings).
+                self._batch_timer = loop.call_later(COMMIT_WINDOW_S, self._flush_batch)
+            else:
+                loop.call_soon(self._flush_batch)
+        elif not self._calls and self._batch_timer is not None:
+            # nothing runs any more: no other outcome is coming, commit now
+            self._batch_timer.cancel()
+            self._batch_timer = None
             loop.call_soon(self._flush_batch)
         batch = self._batch
         try:
@@ -220,6 +238,9 @@ class Attempts(RunParts):
             raise
 
     def _flush_batch(self) -> None:
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
+            self._batch_timer = None
         batch, self._batch = self._batch, None
         if batch is None or batch.done():
             return

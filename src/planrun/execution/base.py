@@ -44,6 +44,7 @@ class RunParts:
     _sem: asyncio.Semaphore
     _pools: dict[str, asyncio.Semaphore]
     _batch: asyncio.Future[None] | None
+    _batch_timer: asyncio.TimerHandle | None
     _running: dict[asyncio.Task[None], str]
     _loop: asyncio.AbstractEventLoop
     _grace: asyncio.TimerHandle

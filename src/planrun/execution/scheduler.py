@@ -228,6 +228,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
 
     async def _main(self) -> None:
         self._batch = None
+        self._batch_timer = None
         self._sem = asyncio.Semaphore(self.max_parallel)
         self._pools = {name: asyncio.Semaphore(n) for name, n in self.pools.items()}
         self._running = {}
