@@ -39,6 +39,16 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return data
 
 
+def _peek(conn: socket.socket) -> bytes:
+    """What a client sent after its request (nothing: it closed); b"" on an error too."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b"?"  # readable but nothing to read: not closed
+    except OSError:
+        return b""
+
+
 def client(path: str, argv: list[str]) -> None:
     """Run ``planrun ARGV`` in the server; exit (or die) as that process did."""
     payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
@@ -135,8 +145,14 @@ def serve(path: str) -> None:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     while os.getppid() == parent:  # the test run that started it is gone: stop
-        ready, _, _ = select.select([listener], [], [], 0.005)
-        if ready:
+        ready, _, _ = select.select([listener, *waiting.values()], [], [], 0.005)
+        for pid, conn in list(waiting.items()):
+            if conn in ready and not _peek(conn):
+                # its client is gone (killed by a test's timeout): a command nobody waits
+                # for must not run on, e.g. a hung run spinning through later tests
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+        if listener in ready:
             conn, _ = listener.accept()
             try:
                 _, fds, _, _ = socket.recv_fds(conn, 1, 3)
