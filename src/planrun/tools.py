@@ -203,59 +203,27 @@ def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any
               ) -> asyncio.Future[Any]:
     """``fn(*args)`` in a thread of ``pool`` (None: the loop's default executor).
 
-    Returns an :class:`asyncio.Future` of the running loop, to await, with ``fn``'s
-    result or exception — what :meth:`asyncio.loop.run_in_executor` returns, with one
-    hand-over fewer: the worker thread settles the future itself
-    (``call_soon_threadsafe``) instead of through a :class:`concurrent.futures.Future`
-    chained to it. A sync python call's round trip to its thread took 90 to 100 µs that
-    way and 45 to 55 µs this way (issue 16; every sync python call and fan-out item pays
-    it once).
-
-    A future, not a coroutine: ``asyncio.wait_for`` (a call's timeout) awaits a future as
-    it is, while it would run a coroutine as a task of its own — and a task whose
-    coroutine raises ``SystemExit`` or ``KeyboardInterrupt`` (a tool's ``sys.exit()``)
-    re-raises it out of the event loop, ending planrun instead of failing the step.
+    Returns the :class:`asyncio.Future` of :meth:`asyncio.loop.run_in_executor`, to
+    await, with ``fn``'s result or exception. A future, not a coroutine:
+    ``asyncio.wait_for`` (a call's timeout) awaits a future as it is, while it would run
+    a coroutine as a task of its own — and a task whose coroutine raises ``SystemExit``
+    or ``KeyboardInterrupt`` (a tool's ``sys.exit()``) re-raises it out of the event
+    loop, ending planrun instead of failing the step.
 
     A ``StopIteration`` or ``asyncio.CancelledError`` raised by ``fn`` comes back wrapped
     in :class:`_Raised` (asyncio cannot carry them as they are). Cancelled, the call is
-    taken back if its thread has not started it (``Future.cancel``) and otherwise goes
-    on (abandoned), as with ``run_in_executor``.
+    taken back if its thread has not started it, and otherwise goes on (abandoned).
 
     Raises:
         RuntimeError: ``pool`` is shut down (from ``Executor.submit``).
     """
-    loop = asyncio.get_running_loop()
-    if pool is None:
-        return loop.run_in_executor(None, fn, *args)
-    fut: asyncio.Future[Any] = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if not fut.done():
-            if ok:
-                fut.set_result(value)
-            else:
-                fut.set_exception(value)
-
-    def job() -> None:
+    def guarded() -> Any:
         try:
-            value = fn(*args)
+            return fn(*args)
         except (StopIteration, asyncio.CancelledError) as exc:
-            ok, value = False, _Raised(exc)
-        except BaseException as exc:  # handed to the awaiting call
-            ok, value = False, exc
-        else:
-            ok = True
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            loop.call_soon_threadsafe(settle, ok, value)
+            raise _Raised(exc) from None
 
-    taken = pool.submit(job)
-
-    def take_back(done: asyncio.Future[Any]) -> None:
-        if done.cancelled():
-            taken.cancel()
-
-    fut.add_done_callback(take_back)
-    return fut
+    return asyncio.get_running_loop().run_in_executor(pool, guarded)
 
 
 def _python_kwargs(tool: ToolSpec, arguments: dict[str, Any], secrets: Secrets
