@@ -44,6 +44,8 @@ def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
 
     shaped = _SHAPED.get(tool.contract_key)
     if shaped is None:
+        if len(_SHAPED) >= FITS_KEPT:  # a long-lived process (MCP) seeing many registries
+            _SHAPED.clear()
         shaped = _SHAPED[tool.contract_key] = shape_determined(tool.contract)
     try:
         if shaped:
