@@ -159,7 +159,7 @@ def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
                     out.append((ptr + "/$ref", f"$ref {ref!r} does not resolve inside this "
                                 "schema (only local references like #/$defs/NAME)"))
             for k, v in node.items():
-                if k not in ("const", "enum", "default", "examples"):
+                if k not in _DATA_KEYWORDS:
                     stack.append((v, f"{ptr}/{pointer_escape(k)}"))
         elif isinstance(node, list):
             stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
@@ -193,7 +193,7 @@ def _ref_loops(schema: Any) -> list[tuple[str, str]]:
             where.setdefault(id(node), ptr)
             stack.extend((v, f"{ptr}/{pointer_escape(k)}")
                          for k, v in node.items()
-                         if k not in ("const", "enum", "default", "examples"))
+                         if k not in _DATA_KEYWORDS)
         elif isinstance(node, list):
             stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
 
