@@ -323,3 +323,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+# --- the argument-check memo (planrun.validation.arguments) ----------------------------
+
+
+@pytest.fixture
+def empty_memo() -> Iterator[None]:
+    """The memo of argument fits, empty before and after the test."""
+    from planrun.validation import arguments as memo
+
+    memo._FITS.clear()
+    yield
+    memo._FITS.clear()
+
+
+@pytest.fixture
+def schema_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every instance a tool's JSON Schema validator checks, in order."""
+    from planrun.registry import ToolSpec
+
+    seen: list[Any] = []
+    real = ToolSpec.validator.func  # type: ignore[attr-defined]
+
+    class Counted:
+        def __init__(self, validator: Any) -> None:
+            self.validator = validator
+
+        def iter_errors(self, instance: Any) -> Any:
+            seen.append(instance)
+            return self.validator.iter_errors(instance)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.validator, name)
+
+    monkeypatch.setattr(ToolSpec, "validator", property(lambda self: Counted(real(self))))
+    return seen

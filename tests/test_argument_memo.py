@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from conftest import Project, codes, one
-from planrun.registry import ToolSpec
-from planrun.validation import arguments as memo
 
 PLAN = """\
 planrun: 1
@@ -20,35 +17,7 @@ steps:
 """
 
 
-@pytest.fixture(autouse=True)
-def empty_memo() -> Iterator[None]:
-    memo._FITS.clear()
-    yield
-    memo._FITS.clear()
-
-
-@pytest.fixture
-def schema_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every instance a tool's JSON Schema validator checks, in order."""
-    seen: list[Any] = []
-    real = ToolSpec.validator.func  # type: ignore[attr-defined]
-
-    class Counted:
-        def __init__(self, validator: Any) -> None:
-            self.validator = validator
-
-        def iter_errors(self, instance: Any) -> Any:
-            seen.append(instance)
-            return self.validator.iter_errors(instance)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.validator, name)
-
-    def counting(self: ToolSpec) -> Any:
-        return Counted(real(self))
-
-    monkeypatch.setattr(ToolSpec, "validator", property(counting))
-    return seen
+pytestmark = pytest.mark.usefixtures("empty_memo")
 
 
 def test_arguments_that_fitted_are_not_checked_again(basic_project: Project,

@@ -10,7 +10,6 @@ shape-only schemas two values of one shape always get the same verdict from the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,33 +19,9 @@ from hypothesis import strategies as st
 from conftest import Project, codes
 from planrun.registry import ToolSpec, strict_validator
 from planrun.validation import argument_problems
-from planrun.validation import arguments as memo
 from planrun.validation.shapes import shape_determined, shape_of
 
-
-@pytest.fixture(autouse=True)
-def empty_memo() -> Iterator[None]:
-    memo._FITS.clear()
-    yield
-    memo._FITS.clear()
-
-
-@pytest.fixture
-def schema_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every instance a tool's JSON Schema validator checks, in order."""
-    seen: list[Any] = []
-    real = ToolSpec.validator.func  # type: ignore[attr-defined]
-
-    class Counted:
-        def __init__(self, validator: Any) -> None:
-            self.validator = validator
-
-        def iter_errors(self, instance: Any) -> Any:
-            seen.append(instance)
-            return self.validator.iter_errors(instance)
-
-    monkeypatch.setattr(ToolSpec, "validator", property(lambda self: Counted(real(self))))
-    return seen
+pytestmark = pytest.mark.usefixtures("empty_memo")
 
 
 TYPED = """\
