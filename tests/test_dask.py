@@ -117,13 +117,17 @@ def record(log, name=None):
     return {"name": name, "pid": os.getpid()}
 
 
-def hold(log, until):
+def _held(log, until):
     _log(log, event="start")
     deadline = time.monotonic() + 60
     while not os.path.exists(until):
         if time.monotonic() > deadline:
             raise TimeoutError(until)
         time.sleep(0.02)
+
+
+def hold(log, until):
+    _held(log, until)
     _log(log, event="call")
     return {"held": until}
 
@@ -136,12 +140,7 @@ def nap(log, s):
 
 def gate(log, until, hold):
     if hold:
-        _log(log, event="start")
-        deadline = time.monotonic() + 60
-        while not os.path.exists(until):
-            if time.monotonic() > deadline:
-                raise TimeoutError(until)
-            time.sleep(0.02)
+        _held(log, until)
     _log(log, event="call")
     return {"held": hold}
 
