@@ -400,9 +400,11 @@ class TerminalApprover:
         console.print(table)
 
     def _ask(self, question: str) -> tuple[bool, str | None]:
-        sys.stderr.write(question)
-        sys.stderr.flush()
         try:
+            # the question is written inside the try: a Ctrl-C that lands the moment it
+            # shows (before the read starts) is the same denial as one during the read
+            sys.stderr.write(question)
+            sys.stderr.flush()
             if self.timeout is not None:
                 ready, _, _ = select.select([sys.stdin], [], [], self.timeout)
                 if not ready:
@@ -422,10 +424,15 @@ class TerminalApprover:
 
     def decide(self, requests: Sequence[ApprovalRequest]) -> list[Decision]:
         """Ask about each request in order; stop at the first denial."""
-        self._table(requests)
         from ..approval import Decision, user_name
 
         who = user_name()
+        try:
+            self._table(requests)
+        except KeyboardInterrupt:  # Ctrl-C while the table shows: a denial, as at the prompt
+            sys.stderr.write("\n")
+            return [Decision(requests[0].step_id, False, who, "prompt", "interrupt")] \
+                if requests else []
         out_: list[Decision] = []
         for r in requests:
             ok, why = self._ask(f"Approve {r.step_id} ({r.tool})? [y/N] ")
