@@ -3,7 +3,7 @@
 An asyncio loop over :class:`graphlib.TopologicalSorter` (``get_ready()`` / ``done()``):
 steps whose dependencies succeeded are dispatched, ties broken by the order steps are
 written in (:class:`planrun.graph.ReadyQueue`); at most ``max_parallel`` calls run at
-once. Every step follows *record, then call, then record*: the dispatch record
+once. A step's task, as it ends, dispatches what became ready (no waiting scheduler). Every step follows *record, then call, then record*: the dispatch record
 (``running`` + idempotency key) commits before the tool is called, the outcome
 (``succeeded`` with output / ``failed`` with error) commits after it. All journal writes
 happen on the loop's thread: one writer. Calls are made by a
@@ -28,7 +28,7 @@ from ..graph import ReadyQueue
 from ..journal import Journal
 from ..journal.store import LeaseLost
 from ..redact import Secrets
-from ..validation import CheckedPlan
+from ..validation import CheckedPlan, CheckedStep
 from .attempts import Attempts
 from .common import GRACE_S, Heartbeat, Progress, StepState, crash_points, inject_fault
 from .fanout import FanOut
@@ -264,10 +264,42 @@ class Executor(Steps, FanOut, Attempts, Gate):
                 self.journal.flush()
 
     async def _schedule(self) -> None:
-        sorter = graphlib.TopologicalSorter(self.plan.deps)
-        sorter.prepare()
-        ready = ReadyQueue(self._positions())
-        running = self._running
+        """Dispatch the ready steps, then wait until the run has nothing left to dispatch.
+
+        A step's task, as it ends, marks its step done and dispatches the steps that became
+        ready in the same turn of the loop (:meth:`_task`, :meth:`_dispatch`): no waiting
+        scheduler to wake and no ``asyncio.wait`` over every running task at each
+        completion (two loop turns and a callback per running task, a step; issue 16).
+
+        Raises:
+            PlanrunError: a step's task raised it (the journal is unusable, the lease was
+                lost); the other tasks are cancelled and awaited first.
+            Exception: a bug while dispatching (:func:`~.common.inject_fault` ``schedule``);
+                :meth:`_main` cancels the calls under way.
+        """
+        self._sorter = graphlib.TopologicalSorter(self.plan.deps)
+        self._sorter.prepare()
+        self._ready = ReadyQueue(self._positions())
+        self._ended = self._loop.create_future()
+        self._dispatch()
+        try:
+            await self._ended
+        except PlanrunError:
+            # a journal error (or a lost lease): stop the other calls, then report it once
+            running = self._running
+            for other in running:
+                other.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            raise
+
+    def _dispatch(self) -> None:
+        """Start a task for each ready step (written order), until one runs or none is left.
+
+        Settles the steps that need no task (:meth:`_settled_before`) on the way; ends the
+        run's wait (:attr:`_ended`) when nothing runs and nothing more can be dispatched
+        (every step done, or the run stopping, interrupted or awaiting a person).
+        """
+        sorter, ready, running = self._sorter, self._ready, self._running
         while sorter.is_active():
             ready.add(sorter.get_ready())
             while ready and self.signal_exit is None and not self.lost and not self.awaiting:
@@ -276,22 +308,60 @@ class Executor(Steps, FanOut, Attempts, Gate):
                 if self._settled_before(sid):
                     sorter.done(sid)
                 else:
-                    running[asyncio.create_task(self._run_step(self.plan.by_id[sid]))] = sid
-            if not running:
-                if self.signal_exit is not None or self.lost or self.awaiting:
-                    return  # interrupted or awaiting: what was not dispatched stays pending
-                continue
-            await self._commit_pending()
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(done, key=lambda t: self.plan.by_id[running[t]].index):
-                sid = running.pop(task)
-                if task.exception() is not None:
-                    # a journal error (or a bug): stop the other calls, then report it once
-                    for other in running:
-                        other.cancel()
-                    await asyncio.gather(*running, return_exceptions=True)
-                    task.result()
-                sorter.done(sid)
+                    task = self._loop.create_task(self._task(self.plan.by_id[sid]))
+                    running[task] = sid
+                    task.add_done_callback(self._task_gone)
+            if running:
+                if self.journal.pending_writes:
+                    # Let the tasks just created write their dispatch records (which carry
+                    # the deferred outcomes in the same commit), then commit what is left.
+                    self._loop.call_soon(self._commit_pending)
+                return
+            if self.signal_exit is not None or self.lost or self.awaiting:
+                break  # interrupted or awaiting: what was not dispatched stays pending
+        self._end()
+
+    async def _task(self, step: CheckedStep) -> None:
+        """One step's task: run it, then dispatch what its end made ready."""
+        await self._run_step(step)
+        if self._ended.done():
+            return  # the run is ending (an error): nothing more is dispatched
+        task = asyncio.current_task()
+        assert task is not None
+        del self._running[task]
+        self._sorter.done(step.id)
+        try:
+            self._dispatch()
+        except BaseException as exc:
+            self._end(exc)
+
+    def _task_gone(self, task: asyncio.Task[None]) -> None:
+        """Done callback of a step's task: a task that did not end by itself ends the wait.
+
+        A task that raised (a :class:`PlanrunError`, or a bug) ends the run's wait with its
+        exception; one cancelled before it ever ran counts as done (its step stays pending).
+        """
+        if task not in self._running or self._ended.done():
+            return
+        sid = self._running.pop(task)
+        if task.cancelled():
+            self._sorter.done(sid)
+            try:
+                self._dispatch()
+            except BaseException as exc:
+                self._end(exc)
+            return
+        raised = task.exception()
+        if raised is not None:
+            self._running[task] = sid  # awaited with the others while the run ends
+            self._end(raised)
+
+    def _end(self, exc: BaseException | None = None) -> None:
+        if not self._ended.done():
+            if exc is None:
+                self._ended.set_result(None)
+            else:
+                self._ended.set_exception(exc)
 
     def _positions(self) -> dict[str, int]:
         return {s.id: s.index for s in self.plan.steps}
@@ -309,13 +379,12 @@ class Executor(Steps, FanOut, Attempts, Gate):
             return True
         return False
 
-    async def _commit_pending(self) -> None:
-        """Before waiting on calls that may take long, commit what is deferred."""
-        if self.journal.pending_writes:
-            # Let the tasks just created write their dispatch records (which carry the
-            # deferred outcomes in the same commit), then commit whatever is left.
-            await asyncio.sleep(0)
+    def _commit_pending(self) -> None:
+        """Commit what is deferred before waiting on calls that may take long."""
+        if self.journal.pending_writes and not self.lost:
             try:
                 self.journal.flush()
             except LeaseLost:
                 self._on_lease_lost()
+            except BaseException as exc:
+                self._end(exc)
