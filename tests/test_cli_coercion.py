@@ -165,7 +165,8 @@ def test_numbers_convert_as_typer_converts_them(value: str) -> None:
             typer_own, value, param, ctx), (param.name, value)
 
 
-def test_the_fast_path_needs_typer_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fast_path_needs_typer_as_it_is(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A Typer whose RuntimeParam has other fields gets nothing installed, and no crash."""
     from typer import _coercion
 
@@ -187,7 +188,8 @@ def test_the_fast_path_needs_typer_as_it_is(monkeypatch: pytest.MonkeyPatch) -> 
     assert coercion.install(object()) == 0
     monkeypatch.undo()  # Typer as it is: the fast path, and the command runs the same
     assert coercion.install(cmd) == len(cmd.params)
-    assert cmd.main(["41", "--name", "y"], standalone_mode=False) is None
+    cmd.main(["41", "--name", "y"], standalone_mode=False)
+    assert capsys.readouterr().out == "42 y\n"
 
 
 # --- the real command line -------------------------------------------------------------------
