@@ -17,8 +17,9 @@ already dropped ``Optional``): ``str`` (a ``str`` is kept as is), ``bool`` (a ``
 only), ``int`` in its canonical decimal form (``-?(0|[1-9][0-9]{0,17})``) inside the
 parameter's ``min``/``max``, ``float`` written as plain decimals (no exponent, ``inf`` or
 ``nan``, at most 15 digits each side of the point) strictly inside its bounds, an
-``Enum`` (Typer's own ``coerce_cli_choice``), a ``Path`` (``Path(value)`` and then
-Typer's own ``coerce_cli_path``), and ``list``/``tuple`` of those. Everything else, and
+``Enum`` (Typer's own ``coerce_cli_choice``), ``Path`` itself (``Path(value)`` and then
+Typer's own ``coerce_cli_path``), and ``list``/``tuple`` of those (``Literal`` and
+``datetime`` are not used by planrun and stay Typer's). Everything else, and
 every value it cannot decide with certainty (``" 7"``, ``"007"``, ``"1e3"``, a bound
 reached or passed, a choice that is not one, a conversion that raised), goes to Typer's
 own ``build_runtime_param(descriptor)`` (built on first need, then kept): the result and
@@ -35,6 +36,11 @@ nothing for that parameter (or for any), so Typer's own conversion runs: slower,
 wrong, never a crash. A parameter with a ``parser``, a file type, ``clamp``, a
 ``path_type`` or any other annotation is left to Typer. tests/test_cli_coercion.py fails
 if the fast path stops being installed.
+
+Where (:mod:`.app`): the root group installs it on its own parameters before parsing them
+(``LazyGroup.parse_args``; Typer adds the completion options after making the group), on
+a command when it converts it (``_build``) and on the command about to run, help option
+included (``LazyGroup.resolve_command``).
 """
 
 from __future__ import annotations
