@@ -4,9 +4,11 @@ Not a timing (timings are in benchmarks/): the modules a real ``planrun`` proces
 exit. Each entry of a budget is a cost measured with ``python -X importtime`` (issue 16):
 pydantic and its plugin loader (``importlib.metadata``, ``email``) ~100 ms, cel-python and
 lark ~0.2 s plus its parser, jsonschema ~40 ms, rich, asyncio and sqlite3 on commands that
-do not run anything. ``validate`` and ``execute`` still load pydantic (the plan's models
-and Typer's value conversion; making it cold needs a plan check that does not use the
-models, left for later), so it is in the ``--help`` budget only. ``platform``, ``uuid``,
+do not run anything. ``validate`` and ``execute`` still load pydantic (the plan's models;
+making it cold needs a plan check that does not use the models, left for later), so it is
+in the ``--help`` budget only; Typer's own value conversion (``typer._adapters``, a pydantic
+``TypeAdapter`` per parameter) is replaced by planrun.cli.coercion on every command, so
+``runs`` and ``status`` load no pydantic at all. ``platform``, ``uuid``,
 ``shellingham`` and ``subprocess`` are imported by Typer itself when it loads, so they
 are not in the budgets. The command modules of ``planrun.cli`` other than the one that
 runs are not imported either: the root group converts only the command that runs (Typer's
@@ -28,6 +30,14 @@ PROBE = textwrap.dedent("""
     import atexit, json, sys
     def report():
         sys.stderr.write("MODULES:" + json.dumps(sorted(sys.modules)) + "\\n")
+        built = sys.modules["planrun.cli.app"]._BUILT
+        def conversions(cmd):
+            out = {p.name: type(p._runtime_param).__name__ for p in cmd.params}
+            for name, sub in getattr(cmd, "commands", {}).items():
+                out.update({name + " " + k: v for k, v in conversions(sub).items()})
+            return out
+        sys.stderr.write("CONVERSIONS:" + json.dumps(
+            {name: conversions(cmd) for name, cmd in built.items()}) + "\\n")
     atexit.register(report)
     from planrun.cli import main
     sys.argv = ["planrun", *sys.argv[1:]]
@@ -137,6 +147,31 @@ def test_execute_of_a_plan_without_when_stays_in_budget(project: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "asyncio" in modules
     assert over_budget(modules, EXECUTE_BUDGET) == []
+
+
+def conversions(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
+    """The class converting each parameter's value, per command converted in ``proc``."""
+    line = [x for x in proc.stderr.splitlines() if x.startswith("CONVERSIONS:")][-1]
+    found: dict[str, dict[str, str]] = json.loads(line.removeprefix("CONVERSIONS:"))
+    return found
+
+
+@pytest.mark.parametrize(("args", "status"), [
+    (["validate", "chain"], 0), (["execute", "chain"], 0), (["runs", "--limit", "3"], 0),
+    (["-C", ".", "status", "--journal", "j.sqlite3"], 5),  # no run yet: exit 5
+    (["policy", "check"], 0)], ids=lambda x: " ".join(x) if isinstance(x, list) else str(x))
+def test_commands_convert_their_values_without_typers_pydantic_adapters(
+        project: Path, args: list[str], status: int) -> None:
+    """Typer 0.29 converts each value with a pydantic TypeAdapter (typer._adapters)."""
+    proc, modules = loaded(project, *args)
+    assert proc.returncode == status, proc.stderr
+    assert over_budget(modules, ["typer._adapters"]) == []
+    command = args[2] if args[0] == "-C" else args[0]
+    params = conversions(proc)[command]
+    assert params  # the converted command's parameters …
+    assert set(params.values()) == {"PlanrunParam"}  # … all use planrun's conversion
+    if command in ("runs", "status"):  # no plan models either: no pydantic at all
+        assert over_budget(modules, ["pydantic", "pydantic_core"]) == []
 
 
 def test_a_plan_with_when_loads_cel_but_still_no_rich(project: Path) -> None:

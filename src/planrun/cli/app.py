@@ -1,7 +1,9 @@
 """The Typer application: root options, the commands in help order, and :func:`main`.
 
 The root group (:class:`LazyGroup`) converts a command for the parser, and imports its
-module, only when it runs or its help is shown.
+module, only when it runs or its help is shown. Its own parameters and those of each
+converted command convert their values with :mod:`.coercion` (plain Python), not with
+Typer's pydantic adapters.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
+from .coercion import install as install_coercion
 from .options import Shell
 
 if TYPE_CHECKING:
@@ -79,6 +82,7 @@ def _build(name: str) -> click.Command:
         one = _sub_app()
         one.command(name, hidden=name in _HIDDEN)(fn)
         cmd = typer.main.get_command(one)
+    install_coercion(cmd)  # its values converted without pydantic (issue 16)
     _BUILT[name] = cmd
     return cmd
 
@@ -122,6 +126,23 @@ class LazyGroup(TyperGroup):
         added, self.commands = self.commands, _Commands()
         self.commands.update(added)  # any registered on `app` itself (``app.command()``)
         self._listing = False
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Typer's parsing, the root's own values converted without pydantic (issue 16).
+
+        Installed here, not in ``__init__``: Typer appends ``--install-completion`` and
+        ``--show-completion`` after the group is made.
+        """
+        install_coercion(self, ctx)
+        return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        """Typer's, the command's help option converting its value without pydantic."""
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None:
+            install_coercion(cmd, ctx)
+        return name, cmd, rest
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Every command name, in help order (nothing converted)."""
