@@ -35,7 +35,7 @@ from planrun.loading import DocumentError, parse_text
 from planrun.models import Facets, PlanHead, Retries, Step, Tool
 
 ROOT = Path(__file__).resolve().parent.parent
-PAIRS = [(RetriesData, Retries), (FacetsData, Facets), (StepData, Step),
+PAIRS: list[tuple[Any, Any]] = [(RetriesData, Retries), (FacetsData, Facets), (StepData, Step),
          (HeadData, PlanHead), (ToolData, Tool)]
 
 
@@ -67,19 +67,27 @@ def same(fast: Any, model: Any) -> None:
 
 @pytest.mark.parametrize(("data", "model"), PAIRS, ids=lambda x: x.__name__)
 def test_fields_defaults_and_choices_are_the_models(data: Any, model: Any) -> None:
-    import dataclasses
-
-    mine = {f.name: f for f in dataclasses.fields(data)}
-    assert list(mine) == list(model.model_fields)
+    assert data._fields == tuple(model.model_fields)
+    assert data._required == tuple(n for n, i in model.model_fields.items() if i.is_required())
+    built = data(**{n: "x" for n in data._required})  # every default, fresh
     for name, info in model.model_fields.items():
-        f = mine[name]
-        if info.is_required():
-            assert f.default is dataclasses.MISSING, name
-            assert f.default_factory is dataclasses.MISSING, name
-            continue
-        mine_default = f.default if f.default_factory is dataclasses.MISSING \
-            else f.default_factory()
-        assert mine_default == info.get_default(call_default_factory=True), name
+        if not info.is_required():
+            assert getattr(built, name) == info.get_default(call_default_factory=True), name
+    for name in data._factories:  # default_factory: each object its own
+        assert getattr(built, name) is not getattr(data(**{n: "x" for n in data._required}),
+                                                   name)
+
+
+def test_the_records_are_frozen_and_compare_by_value() -> None:
+    a, b = StepData(id="s", tool="t"), step_data({"id": "s", "tool": "t"})
+    assert a == b
+    assert a != StepData(id="s", tool="u")
+    with pytest.raises(AttributeError):
+        a.id = "x"
+    with pytest.raises(TypeError):
+        StepData(id="s")
+    with pytest.raises(TypeError):
+        StepData(id="s", tool="t", retry=2)
 
 
 LITERALS = {("Step", "on_item_error"): formats.ON_ITEM_ERROR,
@@ -100,10 +108,10 @@ def test_every_literal_field_has_its_choices_here() -> None:
 
 # --- every edge value at every field of a valid mapping -------------------------------------
 
-BASES = [(step_data, Step, {"id": "s1", "tool": "t"}),
+BASES: list[tuple[Any, Any, dict[str, Any]]] = [(step_data, Step, {"id": "s1", "tool": "t"}),
          (head_data, PlanHead, {"planrun": 1, "goal": "g", "steps": []}),
          (tool_data, Tool, {"python": "m:f", "arguments": {"type": "object"}})]
-NESTED_MODELS = {"retries": Retries, "facets": Facets}
+NESTED_MODELS: dict[str, Any] = {"retries": Retries, "facets": Facets}
 
 
 def one_field_off() -> list[tuple[Any, Any, dict[Any, Any]]]:
@@ -114,7 +122,7 @@ def one_field_off() -> list[tuple[Any, Any, dict[Any, Any]]]:
             for value in EDGES:
                 cases.append((fast, model, {**base, name: value}))
             sub = NESTED_MODELS.get(name) if isinstance(name, str) else None
-            for inner in [*(sub.model_fields if sub else ()), "extra"] if sub else ():
+            for inner in [*sub.model_fields, "extra"] if sub else []:
                 for value in EDGES:
                     cases.append((fast, model, {**base, name: {inner: value}}))
                     if inner in ("paths", "counts", "group_counts"):
@@ -201,7 +209,7 @@ GOOD_TOOL = st.fixed_dictionaries({}, optional={
 
 # --- generated mappings: fast yes ⇒ pydantic yes, equal -------------------------------------
 
-EDGES = [
+EDGES: list[Any] = [
     None, True, False, 0, 1, -1, 2, 25, 1000, 1001, 86_400, 10**9, 10**9 + 1,
     2**53, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 10**30,
     0.0, -0.0, 0.5, 1.0, 5e-324, 86_400.0, 86_400.5, 1e9, 1e9 + 1, 1.5e300,
@@ -238,7 +246,7 @@ UNKNOWN = ["retry", "Id", "ids", "extra", 1, 0, True]
 
 
 
-def mutated(good: st.SearchStrategy[dict[str, Any]], values: dict[str, Any],
+def mutated(good: st.SearchStrategy[dict[str, Any]], values: dict[Any, Any],
             required: tuple[str, ...] = ()) -> st.SearchStrategy[dict[Any, Any]]:
     """A valid mapping with up to two fields (or unknown ones) set to edge values, and
     maybe a required field left out: most stay valid, each edge value meets valid others."""
@@ -361,7 +369,9 @@ def corpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str,
     """(plan heads, steps, tool entries) that the models accept, from every file around."""
     files = [*ROOT.glob("plans/*.yaml"), ROOT / "tools.yaml", *ROOT.glob("tests/**/*.yaml"),
              *ROOT.glob("tests/**/*.py"), *ROOT.glob("docs/**/*.md")]
-    heads, steps, tools = [], [], []
+    heads: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] = []
     for path in files:
         for text in _texts_of(path):
             try:

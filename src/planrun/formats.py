@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
 #: Plan format versions this planrun reads (the ``planrun:`` field).
@@ -250,8 +249,7 @@ def _nested(make: Callable[[dict[str, Any]], Any]) -> Check:
     return check
 
 
-def _build(cls: type[D], checks: dict[str, Check], required: tuple[str, ...],
-           fresh: tuple[tuple[str, Callable[[], Any]], ...], raw: dict[str, Any]) -> D | None:
+def _build(cls: type[D], checks: dict[str, Check], raw: dict[str, Any]) -> D | None:
     """A ``cls`` of ``raw`` when every field is certainly valid, else None."""
     values: dict[str, Any] = {}
     for key, value in raw.items():
@@ -262,13 +260,13 @@ def _build(cls: type[D], checks: dict[str, Check], required: tuple[str, ...],
         if got is _NO:
             return None
         values[key] = got
-    for name in required:
+    for name in cls._required:
         if name not in values:
             return None
-    for name, factory in fresh:  # default_factory fields: each object its own
+    for name, factory in cls._factories.items():  # each object its own dict or list
         if name not in values:
             values[name] = factory()
-    obj = object.__new__(cls)  # frozen: its __init__ would set field by field
+    obj = object.__new__(cls)  # the values are checked: no need for __init__'s checks
     obj.__dict__.update(values)
     return obj
 
@@ -284,11 +282,51 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True, kw_only=True)
 class _Data:
-    """Shared by the ``*Data`` classes: the models' ``model_dump`` and conversion."""
+    """Shared by the ``*Data`` classes: frozen records with the models' fields.
 
+    Not ``dataclasses``: building five frozen dataclasses cost more at import (~35 M
+    instructions) than a small plan's whole check. Fields are the class's annotations,
+    in order; a class attribute is a field's default, ``_factories`` makes fresh ones.
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = ()
+    _required: ClassVar[tuple[str, ...]] = ()
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {}
     _nested_fields: ClassVar[dict[str, type[_Data]]] = {}
+
+    def __init_subclass__(cls) -> None:
+        notes = cls.__annotations__  # its own (3.10+), not inspect: no import
+        cls._fields = tuple(k for k, v in notes.items() if not str(v).startswith("ClassVar"))
+        cls._required = tuple(f for f in cls._fields
+                              if f not in cls._factories and not hasattr(cls, f))
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values).difference(self._fields)
+        missing = [f for f in self._required if f not in values]
+        if unknown or missing:
+            raise TypeError(f"{type(self).__name__}: unknown {sorted(unknown)}, "
+                            f"missing {missing}")
+        for name, factory in self._factories.items():
+            if name not in values:
+                values[name] = factory()
+        self.__dict__.update(values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(
+            getattr(self, f) == getattr(other, f) for f in self._fields)
+
+    __hash__ = None  # type: ignore[assignment]  # its dicts and lists are not hashable
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__name__}({inner})"
 
     def model_dump(self, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
         """The fields as a dict, nested models as dicts (what the model's dump gives).
@@ -298,27 +336,26 @@ class _Data:
         that are not text into text; the loader refuses such keys.)
         """
         out: dict[str, Any] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name in self._fields:
+            v = getattr(self, name)
             if isinstance(v, _Data):
                 v = v.model_dump(mode)
             elif mode == "json":
                 v = _jsonable(v)
-            out[f.name] = v
+            out[name] = v
         return out
 
     @classmethod
     def of_model(cls: type[D], model: Any) -> D:
         """The same values as a pydantic model instance of this format."""
         values = {}
-        for f in fields(cls):
-            v = getattr(model, f.name)
-            sub = cls._nested_fields.get(f.name)
-            values[f.name] = sub.of_model(v) if sub is not None and v is not None else v
+        for name in cls._fields:
+            v = getattr(model, name)
+            sub = cls._nested_fields.get(name)
+            values[name] = sub.of_model(v) if sub is not None and v is not None else v
         return cls(**values)
 
 
-@dataclass(frozen=True, kw_only=True)
 class RetriesData(_Data):
     """``models.Retries`` (``retries`` of a tool or step)."""
 
@@ -327,26 +364,27 @@ class RetriesData(_Data):
     on_exit_codes: list[int] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
 class FacetsData(_Data):
     """``models.Facets`` (``facets`` of a step)."""
 
-    paths: dict[str, str] = field(default_factory=dict)
-    counts: dict[str, str] = field(default_factory=dict)
-    group_counts: dict[str, str] = field(default_factory=dict)
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {
+        "paths": dict, "counts": dict, "group_counts": dict}
+    paths: dict[str, str]
+    counts: dict[str, str]
+    group_counts: dict[str, str]
     max_group_keys: int = 25
 
 
-@dataclass(frozen=True, kw_only=True)
 class StepData(_Data):
     """``models.Step``: one step of a plan (SPEC §3)."""
 
     _nested_fields: ClassVar[dict[str, type[_Data]]] = {
         "retries": RetriesData, "facets": FacetsData}
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {"arguments": dict, "depends_on": list}
     id: str
     tool: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    depends_on: list[str] = field(default_factory=list)
+    arguments: dict[str, Any]
+    depends_on: list[str]
     intent: str | None = None
     for_each: str | list[Any] | None = None
     max_parallel: int | None = None
@@ -362,21 +400,20 @@ class StepData(_Data):
     facets: FacetsData | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
 class HeadData(_Data):
     """``models.PlanHead``: a plan's top-level fields."""
 
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {"params": dict}
     planrun: int
     name: str | None = None
     revision: int = 1
     goal: str
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    params: dict[str, dict[str, Any]]
     max_parallel: int | None = None
     timeout: float | None = None
     steps: list[Any]
 
 
-@dataclass(frozen=True, kw_only=True)
 class ToolData(_Data):
     """``models.Tool``: one entry of ``tools.yaml`` (SPEC §2)."""
 
@@ -411,7 +448,7 @@ _RETRIES: dict[str, Check] = {
 
 def retries_data(raw: dict[str, Any]) -> RetriesData | None:
     """``raw`` as a :class:`RetriesData` when it certainly is a valid ``Retries``."""
-    return _build(RetriesData, _RETRIES, (), (), raw)
+    return _build(RetriesData, _RETRIES, raw)
 
 
 _FACET_TABLE = _names_to(_text(FACET_NAME_PATTERN), _text())
@@ -419,12 +456,11 @@ _FACETS: dict[str, Check] = {
     "paths": _FACET_TABLE, "counts": _FACET_TABLE, "group_counts": _FACET_TABLE,
     "max_group_keys": _int(1, MAX_GROUP_KEYS),
 }
-_FACETS_FRESH = (("paths", dict), ("counts", dict), ("group_counts", dict))
 
 
 def facets_data(raw: dict[str, Any]) -> FacetsData | None:
     """``raw`` as a :class:`FacetsData` when it certainly is a valid ``Facets``."""
-    return _build(FacetsData, _FACETS, (), _FACETS_FRESH, raw)
+    return _build(FacetsData, _FACETS, raw)
 
 
 _POSITIVE = _int(1, MAX_STORED_INT, optional=True)
@@ -490,7 +526,7 @@ def step_data(raw: dict[str, Any]) -> StepData | None:
         seen += 1
     else:
         return None
-    obj = object.__new__(StepData)  # frozen: its __init__ would set field by field
+    obj = object.__new__(StepData)  # the values are checked: no need for __init__'s checks
     values = obj.__dict__
     values["id"], values["tool"], values["arguments"], values["depends_on"] = \
         sid, tool, args, deps
@@ -517,13 +553,11 @@ _HEAD: dict[str, Check] = {
     "timeout": _TIMEOUT,
     "steps": _steps_list,
 }
-_HEAD_REQUIRED = ("planrun", "goal", "steps")
-_HEAD_FRESH = (("params", dict),)
 
 
 def head_data(raw: dict[str, Any]) -> HeadData | None:
     """``raw`` as a :class:`HeadData` when it certainly is a valid ``models.PlanHead``."""
-    return _build(HeadData, _HEAD, _HEAD_REQUIRED, _HEAD_FRESH, raw)
+    return _build(HeadData, _HEAD, raw)
 
 
 _TOOL: dict[str, Check] = {
@@ -551,4 +585,4 @@ _TOOL: dict[str, Check] = {
 
 def tool_data(raw: dict[str, Any]) -> ToolData | None:
     """``raw`` as a :class:`ToolData` when it certainly is a valid ``models.Tool``."""
-    return _build(ToolData, _TOOL, (), (), raw)
+    return _build(ToolData, _TOOL, raw)
