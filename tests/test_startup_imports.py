@@ -4,12 +4,14 @@ Not a timing (timings are in benchmarks/): the modules a real ``planrun`` proces
 exit. Each entry of a budget is a cost measured with ``python -X importtime`` (issue 16):
 pydantic and its plugin loader (``importlib.metadata``, ``email``) ~100 ms, cel-python and
 lark ~0.2 s plus its parser, jsonschema ~40 ms, rich, asyncio and sqlite3 on commands that
-do not run anything. ``validate`` and ``execute`` still load pydantic (the plan's models;
-making it cold needs a plan check that does not use the models, left for later), so it is
-in the ``--help`` budget only; Typer's own value conversion (``typer._adapters``, a pydantic
-``TypeAdapter`` per parameter) is replaced by planrun.cli.coercion on every command, so
-``runs`` and ``status`` load no pydantic at all. ``platform``, ``uuid``,
-``shellingham`` and ``subprocess`` are imported by Typer itself when it loads, so they
+do not run anything. ``validate`` and ``execute`` check a plan's steps, head and tools
+without ``planrun.models`` (:mod:`planrun.formats`: pydantic judges only what the plain
+check cannot accept, and an ``accepts`` contract is a pydantic model), and Typer's own
+value conversion (``typer._adapters``, a pydantic ``TypeAdapter`` per parameter) is
+replaced by planrun.cli.coercion on every command: a plan without an ``accepts`` tool
+loads no pydantic at all (it is in the ``validate`` and ``execute`` budgets).
+``platform``, ``uuid``, ``shellingham`` and ``subprocess`` are imported by Typer itself
+when it loads, so they
 are not in the budgets. The command modules of ``planrun.cli`` other than the one that
 runs are not imported either: the root group converts only the command that runs (Typer's
 conversion of all 27 commands took ~40 ms of every start).
@@ -71,12 +73,14 @@ CLI_COMMANDS = ["planrun.cli.agents", "planrun.cli.approvals", "planrun.cli.impo
                 "planrun.cli.maintenance", "planrun.cli.planning", "planrun.cli.plans",
                 "planrun.cli.read", "planrun.cli.repair", "planrun.cli.run"]
 #: validate reads and checks plans (yaml, jsonschema) but runs nothing.
-VALIDATE_BUDGET = ["celpy", "lark", "rich", "asyncio", "sqlite3",
+VALIDATE_BUDGET = ["celpy", "lark", "rich", "asyncio", "sqlite3", "planrun.models",
+                   "pydantic", "pydantic_core", "email", "importlib.metadata",
                    "planrun.execution", "planrun.dispatch", "planrun.journal",
                    "planrun.approval", "planrun.policy",
                    *(m for m in CLI_COMMANDS if m != "planrun.cli.plans")]
 #: execute of a plan without `when` off a terminal: no CEL, no rich, no extras' libraries.
 EXECUTE_BUDGET = ["celpy", "lark", "rich", "psycopg", "distributed", "dask", "mcp",
+                  "planrun.models", "pydantic", "pydantic_core",
                   "planrun.report", "planrun.importing", "planrun.planners",
                   *(m for m in CLI_COMMANDS if m not in ("planrun.cli.run",
                                                          "planrun.cli.planning"))]
@@ -187,3 +191,43 @@ def test_a_plan_that_breaks_the_step_rules_is_judged_by_pydantic(project: Path) 
     assert proc.returncode == 3, proc.stderr
     assert "unknown field 'retry'" in proc.stdout + proc.stderr
     assert "pydantic" in modules
+
+
+def test_a_step_only_the_model_accepts_is_checked_by_it_and_passes(project: Path) -> None:
+    """An int beyond 64 bits in ``max_recoveries``: not certain without pydantic, valid."""
+    (project / "plans" / "big.yaml").write_text(
+        CHAIN.replace("{n: 3}}", "{n: 3}, max_recoveries: 100000000000000000000}"))
+    proc, modules = loaded(project, "validate", "big")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "planrun.models" in modules
+
+
+ACCEPTS_TOOLS = TOOLS + """\
+  typed:
+    python: typed_tools:run
+    accepts: typed_tools:Args
+"""
+TYPED_TOOLS = """\
+from pydantic import BaseModel
+
+class Args(BaseModel):
+    n: int
+
+def run(n):
+    return {"doubled": 2 * n}
+"""
+
+
+def test_a_registry_with_an_accepts_contract_loads_pydantic_and_works(project: Path) -> None:
+    (project / "tools.yaml").write_text(ACCEPTS_TOOLS)
+    (project / "typed_tools.py").write_text(TYPED_TOOLS)
+    (project / "plans" / "typed.yaml").write_text(
+        "planrun: 1\ngoal: a typed call\nsteps:\n  - {id: t, tool: typed, arguments: {n: 4}}\n")
+    for args in (["validate", "typed"], ["execute", "typed"]):
+        proc, modules = loaded(project, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "pydantic" in modules, args
+    (project / "plans" / "typed.yaml").write_text(
+        "planrun: 1\ngoal: a typed call\nsteps:\n  - {id: t, tool: typed, arguments: {n: x}}\n")
+    proc, _ = loaded(project, "validate", "typed")
+    assert proc.returncode == 3, proc.stdout + proc.stderr

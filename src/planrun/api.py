@@ -331,9 +331,9 @@ def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list
 def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None:
     from . import redact
     from .canonical import digest
+    from .formats import MAX_STORED_INT
     from .journal import Journal, NewRun, now
     from .journal.store import new_run_id
-    from .models import MAX_STORED_INT
 
     run_id = new_run_id()
     data = redact.stored_plan(loaded.document)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from .pointers import pointer
 
 if TYPE_CHECKING:
-    from .models import Tool
+    from .formats import ToolData
 
 PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_-]*)\}")
 _WHOLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)\}")
@@ -275,7 +275,7 @@ def runs_code(argv: list[str]) -> bool:
     return any(program(element) in RUNS_CODE for element in argv if not names(element))
 
 
-def _allowed(entry: Tool, field_name: str) -> set[str] | None:
+def _allowed(entry: ToolData, field_name: str) -> set[str] | None:
     """The argument names a tool lists in ``field_name``; None for ``true`` (all)."""
     value = getattr(entry, field_name, None)
     if value is True:
@@ -283,7 +283,7 @@ def _allowed(entry: Tool, field_name: str) -> set[str] | None:
     return set(value or [])
 
 
-def check_command(name: str, entry: Tool, contract: dict[str, Any],
+def check_command(name: str, entry: ToolData, contract: dict[str, Any],
                   add: Callable[[str, str], None]) -> None:
     """Registry issues for a command's placeholders (see the module docstring).
 
@@ -367,7 +367,7 @@ def check_command(name: str, entry: Tool, contract: dict[str, Any],
                     "fill an argv element (the full arguments are on stdin as JSON)")
 
 
-def _option_like(argv: list[str], entry: Tool) -> Iterator[tuple[int, str]]:
+def _option_like(argv: list[str], entry: ToolData) -> Iterator[tuple[int, str]]:
     """(index, argument name) of whole-element placeholders a value could make an option.
 
     Not after ``--``, not a script's own arguments, not listed in ``allow_option_values``.
@@ -386,7 +386,7 @@ def _option_like(argv: list[str], entry: Tool) -> Iterator[tuple[int, str]]:
             yield idx, arg
 
 
-def option_value_problems(entry: Tool, arguments: dict[str, Any]
+def option_value_problems(entry: ToolData, arguments: dict[str, Any]
                           ) -> list[tuple[str, str]]:
     """(JSON Pointer inside arguments, message) per value that cannot go on the command line.
 

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .formats import MAX_ATTEMPTS, MAX_SECONDS, PARAM_NAME_PATTERN, STEP_ID_PATTERN
 from .issues import Issue, PlanReport, Report
 from .loading import Document, DocumentError, kind_of, load_file, parse_text
-from .models import MAX_ATTEMPTS, MAX_SECONDS, PARAM_NAME_PATTERN, STEP_ID_PATTERN
 from .pointers import pointer
 
 if TYPE_CHECKING:

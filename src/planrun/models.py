@@ -13,21 +13,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: Plan format versions this planrun reads (the ``planrun:`` field).
-SUPPORTED_FORMATS = (1,)
-
-STEP_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
-PARAM_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+# The constants live in the light planrun.formats (no pydantic), re-exported here; it also
+# holds the fast path that accepts a certainly valid step, head or tool without these models.
+from .formats import (
+    ACCEPTS_PATTERN,
+    FACET_NAME_PATTERN,
+    MAX_BACKOFF_S,
+    MAX_GROUP_KEYS,
+    PYTHON_TARGET_PATTERN,
+    TOOL_NAME_PATTERN,
+)
+from .formats import MAX_ATTEMPTS as MAX_ATTEMPTS
+from .formats import MAX_SECONDS as MAX_SECONDS
+from .formats import MAX_STORED_INT as MAX_STORED_INT
+from .formats import PARAM_NAME_PATTERN as PARAM_NAME_PATTERN
+from .formats import STEP_ID_PATTERN as STEP_ID_PATTERN
+from .formats import SUPPORTED_FORMATS as SUPPORTED_FORMATS
+from .formats import duration_s as duration_s
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-#: The largest integer SQLite stores (a signed 64-bit integer).
-MAX_STORED_INT = 2**63 - 1
-#: The longest wait planrun accepts, in seconds (~31 years): every timer the OS offers
-#: (``threading.TIMEOUT_MAX``, ``select``) takes it.
-MAX_SECONDS = 1e9
-#: The most calls ``retries.max_attempts`` may ask for (``backoff_s * 2^999`` stays finite).
-MAX_ATTEMPTS = 1000
 
 PositiveInt = Annotated[int, Field(ge=1, le=MAX_STORED_INT)]
 Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
@@ -42,11 +46,11 @@ class Retries(BaseModel):
 
     model_config = _STRICT
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)] = 1
-    backoff_s: Annotated[float, Field(ge=0, le=86_400)] = 0.0
+    backoff_s: Annotated[float, Field(ge=0, le=MAX_BACKOFF_S)] = 0.0
     on_exit_codes: list[int] | None = None
 
 
-FacetName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+FacetName = Annotated[str, Field(pattern=FACET_NAME_PATTERN)]
 
 
 class Facets(BaseModel):
@@ -59,7 +63,7 @@ class Facets(BaseModel):
     paths: dict[FacetName, str] = Field(default_factory=dict)
     counts: dict[FacetName, str] = Field(default_factory=dict)
     group_counts: dict[FacetName, str] = Field(default_factory=dict)
-    max_group_keys: Annotated[int, Field(ge=1, le=1000)] = 25
+    max_group_keys: Annotated[int, Field(ge=1, le=MAX_GROUP_KEYS)] = 25
 
 
 class Step(BaseModel):
@@ -118,9 +122,9 @@ class Tool(BaseModel):
     model_config = _STRICT
     description: str | None = None
     command: Annotated[list[str], Field(min_length=1)] | None = None
-    python: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")] | None = None
+    python: Annotated[str, Field(pattern=PYTHON_TARGET_PATTERN)] | None = None
     arguments: dict[str, Any] | None = None
-    accepts: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
+    accepts: Annotated[str, Field(pattern=ACCEPTS_PATTERN)] | None = None
     output: Literal["none", "text", "json"] | None = None
     output_schema: dict[str, Any] | None = None
     irreversible: bool = False
@@ -146,29 +150,12 @@ class Tool(BaseModel):
     allow_option_values: bool | list[str] | None = None
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def duration_s(text: str) -> float | None:
-    """Seconds of a duration such as ``45s``, ``90m``, ``12h``, ``30d``, ``2w``, else None.
-
-    The grammar of ``planrun prune --older-than``: a positive whole number and one unit
-    (s, m, h, d, w), spaces around allowed; anything else (``1.5h``, ``0d``, ``10``) is None.
-    """
-    import re
-
-    m = re.fullmatch(r"\s*(\d{1,12})\s*([smhdw])\s*", text)
-    if not m or int(m.group(1)) == 0:
-        return None
-    return float(int(m.group(1)) * _DURATION_UNITS[m.group(2)])
-
-
 class Registry(BaseModel):
     """``tools.yaml``: a mapping of tool names to :class:`Tool` entries."""
 
     # Only `planrun schema` uses it (tools are checked one by one as Tool).
     model_config = ConfigDict(**_STRICT, defer_build=True)
-    tools: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")], Tool]
+    tools: dict[Annotated[str, Field(pattern=TOOL_NAME_PATTERN)], Tool]
 
 
 def loc_pointer(prefix: str, loc: tuple[int | str, ...]) -> str:

@@ -29,7 +29,7 @@ from .pointers import pointer, pointer_escape, pointer_of
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-    from .models import Tool
+    from .formats import ToolData
 
 
 def _strict_validator_class() -> Any:
@@ -251,7 +251,7 @@ class ToolSpec:
     """
 
     name: str
-    entry: Tool
+    entry: ToolData
     contract: dict[str, Any]
     func: Callable[..., Any] | None = None
     model: Any = None
@@ -272,7 +272,7 @@ class ToolSpec:
         """``dedupe_ttl`` in seconds (a duration string converted), or None for no expiry."""
         ttl = self.entry.dedupe_ttl
         if isinstance(ttl, str):
-            from .models import duration_s
+            from .formats import duration_s
 
             return duration_s(ttl)
         return ttl
@@ -352,9 +352,7 @@ def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
         The registry (tools that failed their checks are left out) and the ``registry``
         issues, each with file, line and column.
     """
-    from pydantic import ValidationError
-
-    from .models import Tool, error_message, loc_pointer
+    from .formats import tool_data
     from .paths import shown_path
 
     reg = ToolRegistry(file=path)
@@ -394,20 +392,37 @@ def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
             add(base, f"tool name {name!r} must match [A-Za-z_][A-Za-z0-9_.-]*", key=True)
             continue
-        try:
-            entry = Tool.model_validate(raw)
-        except ValidationError as exc:
-            for err in exc.errors():
-                loc = _real_loc(raw, err["loc"])
-                unknown = err["type"] == "extra_forbidden"
-                add(loc_pointer(base, loc), f"tool {name!r}: {error_message(err, Tool)}",
-                    key=unknown)
+        entry = tool_data(raw) or _tool_by_model(name, raw, base, add)
+        if entry is None:
             continue
         before = len(issues)
         spec = _check_tool(name, entry, base, folder, pools, add)
         if spec is not None and len(issues) == before:
             reg.tools[name] = spec
     return reg, issues
+
+
+def _tool_by_model(name: str, raw: dict[str, Any], base: str, add: Callable[..., None]
+                   ) -> ToolData | None:
+    """``raw`` validated by ``models.Tool`` (what the fast path could not accept), or None.
+
+    Each pydantic error is one ``registry`` issue; this is the only place that loads
+    pydantic for an entry (:mod:`planrun.formats`).
+    """
+    from pydantic import ValidationError
+
+    from .formats import ToolData
+    from .models import Tool, error_message, loc_pointer
+
+    try:
+        return ToolData.of_model(Tool.model_validate(raw))
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = _real_loc(raw, err["loc"])
+            unknown = err["type"] == "extra_forbidden"
+            add(loc_pointer(base, loc), f"tool {name!r}: {error_message(err, Tool)}",
+                key=unknown)
+        return None
 
 
 def _real_loc(data: Any, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
@@ -428,7 +443,7 @@ def _real_loc(data: Any, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
     return tuple(out)
 
 
-def _check_tool(name: str, entry: Tool, base: str, folder: Path,
+def _check_tool(name: str, entry: ToolData, base: str, folder: Path,
                 pools: dict[str, int] | None, add: Callable[..., None]) -> ToolSpec | None:
     if not _shape_ok(name, entry, base, pools, add):
         return None
@@ -471,7 +486,7 @@ def _check_tool(name: str, entry: Tool, base: str, folder: Path,
                     folder=folder)
 
 
-def _check_keys(name: str, entry: Tool, contract: dict[str, Any],
+def _check_keys(name: str, entry: ToolData, contract: dict[str, Any],
                 add: Callable[..., None]) -> None:
     """``key_arguments``, ``dedupe`` and ``dedupe_ttl`` fit the contract (SPEC §7).
 
@@ -498,7 +513,7 @@ def _check_keys(name: str, entry: Tool, contract: dict[str, Any],
             f"tool {name!r}: 'dedupe_ttl' applies to 'dedupe: plan' only (keys of "
             "'dedupe: run' belong to one run and never expire)")
     else:
-        from .models import MAX_SECONDS, duration_s
+        from .formats import MAX_SECONDS, duration_s
 
         seconds = duration_s(ttl) if isinstance(ttl, str) else ttl
         if seconds is None or not 0 < seconds <= MAX_SECONDS:
@@ -508,7 +523,7 @@ def _check_keys(name: str, entry: Tool, contract: dict[str, Any],
                 "unit, e.g. 45s, 90m, 12h, 30d, 2w")
 
 
-def _shape_ok(name: str, entry: Tool, base: str, pools: dict[str, int] | None,
+def _shape_ok(name: str, entry: ToolData, base: str, pools: dict[str, int] | None,
               add: Callable[..., None]) -> bool:
     """The entry's fields fit together: one of command/python, one contract, a known pool."""
     if (entry.command is None) == (entry.python is None):

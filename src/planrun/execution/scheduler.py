@@ -3,7 +3,8 @@
 An asyncio loop over :class:`graphlib.TopologicalSorter` (``get_ready()`` / ``done()``):
 steps whose dependencies succeeded are dispatched, ties broken by the order steps are
 written in (:class:`planrun.graph.ReadyQueue`); at most ``max_parallel`` calls run at
-once. A step's task, as it ends, dispatches what became ready (no waiting scheduler). Every step follows *record, then call, then record*: the dispatch record
+once. A step's task, as it ends, dispatches what became ready (no waiting scheduler).
+Every step follows *record, then call, then record*: the dispatch record
 (``running`` + idempotency key) commits before the tool is called, the outcome
 (``succeeded`` with output / ``failed`` with error) commits after it. All journal writes
 happen on the loop's thread: one writer. Calls are made by a

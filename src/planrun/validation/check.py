@@ -6,6 +6,7 @@ from typing import Any
 
 from .. import redact
 from ..canonical import digest
+from ..formats import SUPPORTED_FORMATS, HeadData, StepData, head_data
 from ..issues import PlanReport, did_you_mean
 from ..loading import Document
 from ..params import UNKNOWN, Problem, StepRef, Template, has_templates, substitute
@@ -83,8 +84,6 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
 
 def _format_ok(data: Any, out: Collector) -> bool:
     """A mapping with a supported ``planrun:`` version (else nothing more is checked)."""
-    from ..models import SUPPORTED_FORMATS
-
     if not isinstance(data, dict):
         out.add("schema", "a plan must be a mapping with planrun, goal and steps", path="")
         return False
@@ -111,21 +110,27 @@ def _check_size(raw_steps: list[Any], settings: PlanLimits, out: Collector) -> N
                 "(plans are never trimmed)", path="/steps")
 
 
-def _check_head(data: dict[str, Any], out: Collector) -> Any:
-    """The plan's top-level fields as a ``models.PlanHead``, or None (issues added)."""
+def _check_head(data: dict[str, Any], out: Collector) -> HeadData | None:
+    """The plan's top-level fields as ``models.PlanHead`` gives them, or None (issues added).
+
+    The plain-Python fast path (:mod:`planrun.formats`) first; pydantic judges the rest.
+    """
+    head = head_data(data)
+    if head is not None:
+        return head
     from pydantic import ValidationError
 
     from ..models import PlanHead
 
     try:
-        return PlanHead.model_validate(data)
+        return HeadData.of_model(PlanHead.model_validate(data))
     except ValidationError as exc:
         pydantic_issues(out, exc, "", data, None)
         return None
 
 
 def _check_step(scope: Scope, params: ParamValues, marks: bool, i: int,
-                raw: dict[str, Any], model: Any) -> CheckedStep | None:
+                raw: dict[str, Any], model: StepData) -> CheckedStep | None:
     """References, substitution, tool, arguments and policy of one well-shaped step."""
     out, base, sid, fe = scope.out, pointer("steps", i), model.id, model.for_each
     check_step_references(scope, base, raw, model)

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from .. import graph
+from ..formats import StepData, step_data
 from ..issues import did_you_mean
 from ..pointers import pointer, pointer_escape
 from .plan import PlanLimits
 from .report import Collector, pydantic_issues
 
-#: (index in the plan, the step as written, its ``models.Step``) of each well-shaped step.
-ShapedStep = tuple[int, dict[str, Any], Any]
+#: (index in the plan, the step as written, its fields as ``models.Step`` gives them) of
+#: each well-shaped step.
+ShapedStep = tuple[int, dict[str, Any], StepData]
 
 _FANOUT_ONLY = ("max_parallel", "max_items", "on_item_error")
 
@@ -23,10 +25,6 @@ def check_steps(raw_steps: list[Any], limits: PlanLimits,
     Returns:
         The well-shaped steps, and step id → index of its first use.
     """
-    from pydantic import ValidationError
-
-    from ..models import Step
-
     steps: list[ShapedStep] = []
     ids: dict[str, int] = {}
     for i, raw in enumerate(raw_steps):
@@ -35,11 +33,7 @@ def check_steps(raw_steps: list[Any], limits: PlanLimits,
             out.add("schema", f"step {i} must be a mapping", path=base)
             continue
         sid = raw.get("id") if isinstance(raw.get("id"), str) else None
-        try:
-            model = Step.model_validate(raw)
-        except ValidationError as exc:
-            pydantic_issues(out, exc, base, raw, sid)
-            model = None
+        model = step_data(raw) or _step_by_model(raw, base, sid, out)
         if sid is not None:
             if sid in ids:
                 out.add("duplicate_id", f"step id {sid!r} is used by steps {ids[sid]} and "
@@ -52,7 +46,24 @@ def check_steps(raw_steps: list[Any], limits: PlanLimits,
     return steps, ids
 
 
-def _check_fields(raw: dict[str, Any], model: Any, sid: str | None, base: str,
+def _step_by_model(raw: dict[str, Any], base: str, sid: str | None,
+                   out: Collector) -> StepData | None:
+    """``raw`` validated by ``models.Step`` (what the fast path could not accept), or None.
+
+    Each pydantic error is one ``schema`` issue (:func:`.report.pydantic_issues`).
+    """
+    from pydantic import ValidationError
+
+    from ..models import Step
+
+    try:
+        return StepData.of_model(Step.model_validate(raw))
+    except ValidationError as exc:
+        pydantic_issues(out, exc, base, raw, sid)
+        return None
+
+
+def _check_fields(raw: dict[str, Any], model: StepData, sid: str | None, base: str,
                   limits: PlanLimits, out: Collector) -> None:
     """Fan-out fields without ``for_each``, and a pool the project does not declare."""
     if model.for_each is None:
