@@ -29,6 +29,7 @@ from typer import _click as click
 from typer._coercion import build_runtime_param
 
 from planrun.cli import coercion
+from test_startup_imports import CHAIN, TOOLS
 
 APP = importlib.import_module("planrun.cli.app")
 
@@ -194,21 +195,7 @@ def test_the_fast_path_needs_typer_as_it_is(monkeypatch: pytest.MonkeyPatch,
 
 # --- the real command line -------------------------------------------------------------------
 
-TOOLS = """\
-tools:
-  noop:
-    description: Does nothing
-    python: bench_tools:noop
-    arguments: {type: object, properties: {n: {type: integer}}, required: [n],
-                additionalProperties: false}
-"""
-CHAIN = """\
-planrun: 1
-goal: two no-op steps
-steps:
-  - {id: s1, tool: noop, arguments: {n: 1}}
-  - {id: s2, tool: noop, depends_on: [s1], arguments: {n: 2}}
-"""
+# the 3-step project of the start-up budget test (one copy of its tools and plan)
 #: planrun as Typer alone would run it: nothing of planrun.cli.coercion installed.
 TYPER_ONLY = textwrap.dedent("""
     import atexit, sys
