@@ -330,12 +330,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def empty_memo() -> Iterator[None]:
-    """The memo of argument fits, empty before and after the test."""
+    """The memo of argument fits, empty before and after the test (and none kept)."""
+    from planrun import fits
     from planrun.validation import arguments as memo
 
     memo._FITS.clear()
+    fits.reset()
     yield
     memo._FITS.clear()
+    fits.reset()
 
 
 @pytest.fixture

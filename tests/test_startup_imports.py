@@ -153,6 +153,48 @@ def test_execute_of_a_plan_without_when_stays_in_budget(project: Path) -> None:
     assert over_budget(modules, EXECUTE_BUDGET) == []
 
 
+#: What a process that finds every check's verdict kept (planrun.fits) need not load.
+CONTRACT_LIBRARIES = ["jsonschema", "referencing", "jsonschema_specifications", "attrs",
+                      "attr", "rpds", "re2"]
+
+
+def test_validate_and_execute_again_load_no_jsonschema(project: Path) -> None:
+    """The second process of an unchanged plan and registry learns every fit from the first."""
+    assert "jsonschema" in modules_of(project, "validate", "chain")  # the first must check
+    assert over_budget(modules_of(project, "validate", "chain"), CONTRACT_LIBRARIES) == []
+    assert over_budget(modules_of(project, "execute", "chain"), CONTRACT_LIBRARIES) == []
+    # another value of the same shape: the contract looks only at shapes, so it fits too
+    (project / "plans" / "chain.yaml").write_text(CHAIN.replace("{n: 3}", "{n: 30}"))
+    assert over_budget(modules_of(project, "execute", "chain"), CONTRACT_LIBRARIES) == []
+    # a value that breaks the contract is judged by jsonschema, in every process
+    (project / "plans" / "chain.yaml").write_text(CHAIN.replace("{n: 3}", "{n: '3'}"))
+    for _ in range(2):
+        proc, modules = loaded(project, "validate", "chain")
+        assert proc.returncode == 3, proc.stderr
+        assert "error[arguments]" in proc.stdout
+        assert "jsonschema" in modules
+    (project / "plans" / "chain.yaml").write_text(CHAIN)
+    # another contract: every check of its tool again
+    (project / "tools.yaml").write_text(TOOLS.replace("{type: integer}",
+                                                      "{type: integer, minimum: 0}"))
+    assert "jsonschema" in modules_of(project, "validate", "chain")
+
+
+def test_resume_after_a_kill_loads_no_jsonschema(project: Path) -> None:
+    """The fits of a run's validation are kept before it runs: its resume needs none."""
+    (project / "tools.yaml").write_text(TOOLS.replace(
+        "python: bench_tools:noop", "python: bench_tools:noop\n    idempotent: true"))
+    killed = subprocess.run([sys.executable, "-m", "planrun", "execute", "chain"], cwd=project,
+                            env={**os.environ, "PLANRUN_TEST_CRASH": "dispatch:s2"},
+                            capture_output=True, text=True, timeout=120, check=False,
+                            stdin=subprocess.DEVNULL)
+    assert killed.returncode == -9, killed.stderr
+    proc, modules = loaded(project, "resume")
+    assert proc.returncode == 0, proc.stderr
+    assert "3/3 succeeded" in proc.stdout + proc.stderr
+    assert over_budget(modules, CONTRACT_LIBRARIES) == []
+
+
 def conversions(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
     """The class converting each parameter's value, per command converted in ``proc``."""
     line = [x for x in proc.stderr.splitlines() if x.startswith("CONVERSIONS:")][-1]

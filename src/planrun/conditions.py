@@ -17,26 +17,15 @@ cel-python, lark and Python version; later processes load it in a few millisecon
 from __future__ import annotations
 
 import contextlib
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .paths import private_dir
+
 
 class ConditionError(ValueError):
     """A condition that does not compile, fails to evaluate, or is not a boolean."""
-
-
-def _private_dir(folder: Path) -> bool:
-    """Whether ``folder`` is a directory of this user that nobody else may write."""
-    import stat
-
-    try:
-        st = folder.stat()
-    except OSError:
-        return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def cel_parser_cache(cache_dir: Path | None = None) -> Path:
@@ -97,7 +86,7 @@ def install_cel_parser(cache_dir: Path | None = None) -> Path | None:
     with contextlib.suppress(Exception):  # no cache folder: built without one
         kept = cel_parser_cache(cache_dir)
         kept.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if _private_dir(kept.parent):
+        if private_dir(kept.parent):
             path = kept
     if path is None:
         celparser.CELParser(tree_class=tree_class)

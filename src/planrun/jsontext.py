@@ -9,6 +9,7 @@ of any value (and, for an object member, of its key) only when an issue needs on
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -46,6 +47,40 @@ def json_pairs(dups: list[str]) -> Any:
         return out
 
     return hook
+
+
+#: JSON text with sorted keys and nothing normalised: ``2`` and ``2.0``, ``"é"`` in either
+#: Unicode form, stay different texts (a strict contract may tell them apart).
+_PLAIN_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                               allow_nan=False)
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v) for v in value)
+    return False
+
+
+def plain_json_text(value: Any) -> str | None:
+    """The JSON text of ``value`` (keys sorted), or None when it is not plain JSON data.
+
+    Plain JSON data is what :func:`json.loads` gives: ``dict`` with ``str`` keys, ``list``,
+    ``str``, ``int``, finite ``float``, ``bool``, ``None``, exactly those types. Anything
+    else (a tuple, an ``int`` key, a subclass, a datetime from YAML) is None, because
+    :func:`json.dumps` would write it as something it is not (``{1: x}`` as ``{"1": x}``),
+    and two values a check tells apart must never share a text (:mod:`planrun.fits`).
+    """
+    if not _plain(value):
+        return None
+    return _PLAIN_TEXT.encode(value)
 
 
 _JSON_WS = re.compile(r"[ \t\n\r]*")

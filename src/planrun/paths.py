@@ -27,6 +27,22 @@ _KEYS = {"plans_dir", "registry", "journal", "max_parallel", "max_steps", "polic
 _DASK_KEYS = {"workers", "threads_per_worker"}
 
 
+def private_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a directory of this user that nobody else may write.
+
+    The rule for every file planrun keeps in a cache folder (a pickle, a verdict): one
+    another user could write is never read.
+    """
+    import stat
+
+    try:
+        st = folder.stat()
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
 def default_journal() -> Path:
     """``platformdirs.user_data_path("planrun") / "journal.sqlite3"``."""
     import platformdirs

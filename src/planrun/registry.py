@@ -121,13 +121,30 @@ def schema_problems(schema: Any) -> list[tuple[str, str]]:
     ``$ref``/``allOf``/``anyOf``/``oneOf``/``not``/``if`` leads back to itself (it would
     never finish), and every ``pattern``/``patternProperties`` compiles as a linear-time
     pattern (:mod:`planrun.patterns`).
+
+    A schema this code found valid before is not checked again (:mod:`planrun.fits`):
+    jsonschema is then not even imported.
     """
+    if not isinstance(schema, dict | bool):
+        return [("", f"a JSON Schema must be an object, not {type(schema).__name__}")]
+    from . import fits
+    from .jsontext import plain_json_text
+
+    text = plain_json_text(schema)
+    line = None if text is None else fits.key("schema", text)
+    if line is not None and fits.known(line):
+        return []
+    problems = _schema_problems(schema)
+    if line is not None and not problems:
+        fits.learn(line)
+    return problems
+
+
+def _schema_problems(schema: dict[str, Any] | bool) -> list[tuple[str, str]]:
     from jsonschema.exceptions import best_match
 
     from .patterns import pattern_problems
 
-    if not isinstance(schema, dict | bool):
-        return [("", f"a JSON Schema must be an object, not {type(schema).__name__}")]
     errors = list(_meta_validator().iter_errors(schema))
     if errors:
         err = best_match(errors)

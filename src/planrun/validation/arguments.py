@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from .. import redact
+from .. import fits, redact
 from ..issues import did_you_mean
+from ..jsontext import plain_json_text
 from ..params import UNKNOWN, IndexRef, Template
 from ..patterns import search
 from ..pointers import pointer_of
@@ -29,9 +29,6 @@ FITS_KEPT = 100_000
 _SHAPED: dict[str, bool] = {}
 
 
-_VALUE_TEXT = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False)
-
-
 def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
     """The memo key of a check of ``arguments`` against ``tool``; None: not memoized.
 
@@ -47,13 +44,16 @@ def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
         if len(_SHAPED) >= FITS_KEPT:  # a long-lived process (MCP) seeing many registries
             _SHAPED.clear()
         shaped = _SHAPED[tool.contract_key] = shape_determined(tool.contract)
-    try:
-        if shaped:
+    if shaped:
+        try:
             kind, text = "shape", shape_of(arguments)
-        else:
-            kind, text = "value", _VALUE_TEXT.encode(arguments)
-    except (TypeError, ValueError):
-        return None
+        except TypeError:
+            return None
+    else:
+        value_text = plain_json_text(arguments)
+        if value_text is None:
+            return None
+        kind, text = "value", value_text
     return (tool.contract_key, kind,
             hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
@@ -92,20 +92,28 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
 
     Arguments that fitted the same contract before (same ``tools.yaml`` entry, same JSON
     text — or, for a contract that looks only at keys and types, the same shape) are not
-    checked against the schema again in this process (:data:`_FITS`); a command tool's
-    option-value rule, which reads values, still is.
+    checked against the schema again in this process (:data:`_FITS`), nor in a later one
+    of the same code (:mod:`planrun.fits`); a command tool's option-value rule, which
+    reads values, still is.
     """
     key = _fit_key(tool, arguments)
+    if key is not None and key not in _FITS and fits.known(fits.key("arguments", *key)):
+        _remember(key)
     if key is not None and key in _FITS:
         if key[1] == "shape" and tool.entry.command is not None:
             return _option_problems(tool, arguments)
         return []
     out = _problems(tool, arguments, stored)
     if key is not None and not out:
-        if len(_FITS) >= FITS_KEPT:
-            _FITS.clear()
-        _FITS.add(key)
+        _remember(key)
+        fits.learn(fits.key("arguments", *key))
     return out
+
+
+def _remember(key: tuple[str, str, str]) -> None:
+    if len(_FITS) >= FITS_KEPT:
+        _FITS.clear()
+    _FITS.add(key)
 
 
 def _problems(tool: ToolSpec, arguments: dict[str, Any], stored: Any

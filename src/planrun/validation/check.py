@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import redact
+from .. import fits, redact
 from ..canonical import digest
 from ..formats import SUPPORTED_FORMATS, HeadData, StepData, head_data
 from ..issues import PlanReport, did_you_mean
@@ -26,6 +26,9 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
                ) -> tuple[PlanReport, CheckedPlan | None]:
     """Check one plan document completely.
 
+    The fits found are written for later processes as it ends (:func:`planrun.fits.save`),
+    before anything runs: a run killed midway leaves them for its ``resume``.
+
     Args:
         doc: the loaded plan file.
         registry: the loaded tools registry.
@@ -39,6 +42,15 @@ def check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
     Returns:
         The report, and the checked plan when the report has no error.
     """
+    try:
+        return _check_plan(doc, registry, settings, given, concrete, name_hint, known_digest)
+    finally:
+        fits.save()
+
+
+def _check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
+                given: ParamInput | None, concrete: bool | None, name_hint: str | None,
+                known_digest: str | None) -> tuple[PlanReport, CheckedPlan | None]:
     given = given or ParamInput()
     concrete = given.given if concrete is None else concrete
     out = Collector(doc)

@@ -85,14 +85,18 @@ _TAGS: dict[type, str] = {bool: "b", int: "i", float: "f", str: "s", type(None):
 
 
 def _shape(value: Any) -> Any:
-    tag = _TAGS.get(type(value))
+    kind = type(value)
+    tag = _TAGS.get(kind)
     if tag is not None:
         return tag
-    if isinstance(value, dict):
+    if kind is dict:
+        for k in value:
+            if type(k) is not str:  # {1: x} must not share {"1": x}'s shape
+                raise TypeError(f"a {type(k).__name__} key is not JSON data")
         return {k: _shape(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+    if kind is list:  # jsonschema's "array" is a list: a tuple is no JSON data here
         return [_shape(v) for v in value]
-    raise TypeError(f"{type(value).__name__} is not JSON data")
+    raise TypeError(f"{type(value).__name__} is not plain JSON data")
 
 
 _SHAPE_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,257 @@
+"""Fits kept between processes (planrun.fits, issue 16): only fits, only for the same code.
+
+Each test has its own ``HOME`` (conftest), so its own cache folder. A "later process" is
+simulated in-process by forgetting what this one holds (:func:`planrun.fits.reset` and the
+in-process memo); the real later processes are in ``test_startup_imports.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import pytest
+
+from conftest import Project, codes
+from planrun import fits
+from planrun.validation import arguments as memo
+from planrun.validation.arguments import argument_problems
+
+PLAN = """\
+planrun: 1
+goal: count
+steps:
+  - {id: a, tool: lister, arguments: {n: 3}}
+"""
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> Iterator[None]:
+    fits.reset()
+    memo._FITS.clear()
+    yield
+    fits.reset()
+    memo._FITS.clear()
+    fits.checker.cache_clear()
+
+
+def later_process() -> None:
+    """Forget everything this process learnt, as a new process would not know it."""
+    fits.reset()
+    memo._FITS.clear()
+
+
+def kept_lines() -> list[str]:
+    folder = Path(platformdirs.user_cache_path("planrun"))
+    files = sorted(folder.glob("fits-*.txt"))
+    assert len(files) <= 1, files
+    return files[0].read_text().split() if files else []
+
+
+@pytest.fixture
+def meta_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every schema checked against the 2020-12 metaschema, in order."""
+    from planrun import registry
+
+    seen: list[Any] = []
+    real = registry._schema_problems
+
+    def counted(schema: Any) -> list[tuple[str, str]]:
+        seen.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(registry, "_schema_problems", counted)
+    return seen
+
+
+def test_a_later_process_checks_nothing_it_found_to_fit(
+        basic_project: Project, schema_checks: list[Any], meta_checks: list[Any]) -> None:
+    report, plan = basic_project.check(PLAN)
+    assert plan is not None, report
+    assert schema_checks == [{"n": 3}]
+    assert meta_checks  # every schema of the registry, once
+    first_meta = len(meta_checks)
+    lines = kept_lines()
+    assert len(lines) == first_meta + 1  # the schemas and one arguments fit
+    later_process()
+    report, plan = basic_project.check(PLAN)
+    assert plan is not None, report
+    assert schema_checks == [{"n": 3}]  # not checked again
+    assert len(meta_checks) == first_meta
+    assert kept_lines() == lines  # nothing new to keep
+
+
+def test_a_problem_is_never_kept(basic_project: Project, schema_checks: list[Any]) -> None:
+    bad = PLAN.replace("{n: 3}", "{n: -1}")
+    first, _ = basic_project.check(bad)
+    schemas_only = kept_lines()
+    later_process()
+    second, _ = basic_project.check(bad)
+    assert codes(first) == codes(second) == ["arguments"]
+    assert [i.message for i in first.issues] == [i.message for i in second.issues]
+    assert schema_checks == [{"n": -1}, {"n": -1}]
+    assert kept_lines() == schemas_only
+
+
+def test_a_broken_schema_is_reported_by_every_process(project: Project) -> None:
+    project.write("tools.yaml", """\
+        tools:
+          t:
+            python: os:getcwd
+            arguments: {type: object, properties: {n: {type: integr}}}
+        """)
+    for _ in range(2):
+        later_process()
+        _, issues = project.registry()
+        assert [i.code for i in issues] == ["registry"]
+        assert "integr" in issues[0].message
+    assert kept_lines() == []
+
+
+def test_another_contract_is_checked_again(basic_project: Project,
+                                           schema_checks: list[Any]) -> None:
+    basic_project.check(PLAN)
+    tools = basic_project.root / "tools.yaml"
+    tools.write_text(tools.read_text().replace("n: {type: integer, minimum: 0}",
+                                               "n: {type: integer, minimum: 5}"))
+    later_process()
+    report, plan = basic_project.check(PLAN)
+    assert plan is None
+    assert codes(report) == ["arguments"]
+    assert "minimum" in report.issues[0].message
+    assert schema_checks == [{"n": 3}, {"n": 3}]
+
+
+def test_a_damaged_file_costs_a_check_and_never_skips_one(
+        basic_project: Project, schema_checks: list[Any]) -> None:
+    basic_project.check(PLAN)
+    path = next(Path(platformdirs.user_cache_path("planrun")).glob("fits-*.txt"))
+    lines = path.read_text().split()
+    # every fit cut short, upper-cased, padded or glued to the next: none is a fit any more
+    path.write_text("".join(f"{x[:-1]}\n{x.upper()}\n {x}\n{x}{x}\n\0garbage\n"
+                            for x in lines))
+    later_process()
+    report, plan = basic_project.check(PLAN)
+    assert plan is not None, report
+    assert schema_checks == [{"n": 3}, {"n": 3}]
+
+
+def test_a_folder_others_may_write_is_not_used(basic_project: Project,
+                                               schema_checks: list[Any]) -> None:
+    folder = Path(platformdirs.user_cache_path("planrun"))
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    for _ in range(2):
+        later_process()
+        basic_project.check(PLAN)
+    assert schema_checks == [{"n": 3}, {"n": 3}]
+    assert list(folder.iterdir()) == []
+
+
+def test_a_fit_file_past_its_size_is_started_afresh(
+        basic_project: Project, schema_checks: list[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    basic_project.check(PLAN)
+    monkeypatch.setattr(fits, "MAX_BYTES", 10)
+    later_process()
+    basic_project.check(PLAN)
+    assert schema_checks == [{"n": 3}, {"n": 3}]
+    assert len(kept_lines()) > 1  # written again from this check
+
+
+def test_the_checker_changes_with_the_code_and_voids_the_old_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "lib" / "fakechecker"
+    package.mkdir(parents=True)
+    source = package / "__init__.py"
+    source.write_text("X = 1\n")
+    (package / "sub").mkdir()
+    (package / "sub" / "rules.json").write_text("{}")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    monkeypatch.setattr(fits, "CHECKER_PACKAGES", ("fakechecker",))
+    fits.checker.cache_clear()
+    first = fits.checker()
+    fits.checker.cache_clear()
+    assert fits.checker() == first  # nothing changed: the same
+    fits.learn(fits.key("schema", "{}"))
+    fits.save()
+    folder = Path(platformdirs.user_cache_path("planrun"))
+    assert [p.name for p in folder.iterdir()] == [f"fits-{first}.txt"]
+    for change in (lambda: os.utime(source, ns=(1, 1)),
+                   lambda: (package / "sub" / "rules.json").write_text('{"a": 1}'),
+                   lambda: (package / "new.py").write_text("")):
+        change()
+        fits.checker.cache_clear()
+        later_process()
+        now = fits.checker()
+        assert now != first
+        assert not fits.known(fits.key("schema", "{}"))
+        assert [p.name for p in folder.iterdir()] == []  # the old checker's file is gone
+        fits.learn(fits.key("schema", "{}"))
+        fits.save()
+        first = now
+
+
+def test_processes_at_once_keep_each_others_fits() -> None:
+    """Four processes learning and saving at once: every line of each is in the file."""
+    import subprocess
+
+    script = ("import sys; from planrun import fits\n"
+              "for round in range(20):\n"
+              "    for i in range(50):\n"
+              "        fits.learn(fits.key('schema', sys.argv[1], str(round), str(i)))\n"
+              "    fits.save()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"p{n}"]) for n in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 4
+    expected = {fits.key("schema", f"p{n}", str(r), str(i))
+                for n in range(4) for r in range(20) for i in range(50)}
+    lines = kept_lines()
+    assert len(lines) == len(expected)
+    assert set(lines) == expected
+
+
+@pytest.fixture
+def strict_tool(project: Project) -> Any:
+    project.write("tools.yaml", """\
+        tools:
+          t:
+            python: os:getcwd
+            arguments:
+              type: object
+              properties:
+                "1": {type: integer}
+                xs: {type: array}
+              required: ["1"]
+        """)
+    registry, issues = project.registry()
+    assert issues == []
+    return registry["t"]
+
+
+@pytest.mark.parametrize(("fits_first", "not_the_same"), [
+    ({"1": 3}, {1: 3}),                        # an int key is not the string key
+    ({"1": 3, "xs": [1]}, {"1": 3, "xs": (1,)}),  # jsonschema's array is a list
+    ({"1": 3}, {"1": True}),                   # bool is not integer
+    ({"1": 3}, {"1": 3.0}),                    # strict integer refuses 3.0
+])
+def test_values_a_check_tells_apart_never_share_a_fit(
+        strict_tool: Any, fits_first: dict[Any, Any], not_the_same: dict[Any, Any]) -> None:
+    assert argument_problems(strict_tool, fits_first) == []
+    assert argument_problems(strict_tool, not_the_same) != []
+    later_process()
+    assert argument_problems(strict_tool, not_the_same) != []
+
+
+def test_the_fits_module_loads_nothing_heavy() -> None:
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, planrun.fits, planrun.validation.arguments; "
+         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+         "('jsonschema', 'referencing', 'platformdirs')))"],
+        capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
