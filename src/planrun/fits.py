@@ -99,10 +99,20 @@ def checker() -> str:
     return h.hexdigest()[:16]
 
 
-def _folder() -> Path:
-    import platformdirs
+#: (the environment the cache folder depends on, the folder): platformdirs takes ~12 µs,
+#: and a fan-out item whose arguments are checked by value asks for every item.
+_folder_of: tuple[tuple[str | None, ...], Path] | None = None
 
-    return Path(platformdirs.user_cache_path("planrun"))
+
+def _folder() -> Path:
+    global _folder_of
+    env = (os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"),
+           os.environ.get("LOCALAPPDATA"))
+    if _folder_of is None or _folder_of[0] != env:
+        import platformdirs
+
+        _folder_of = (env, Path(platformdirs.user_cache_path("planrun")))
+    return _folder_of[1]
 
 
 def _file(folder: Path) -> Path | None:
