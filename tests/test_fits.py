@@ -8,6 +8,7 @@ in-process memo); the real later processes are in ``test_startup_imports.py``.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +256,91 @@ def test_the_fits_module_loads_nothing_heavy() -> None:
          "('jsonschema', 'referencing', 'platformdirs')))"],
         capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- found by attack (helper report, issue 16): each failed before its fix ---------------
+
+NFC, NFD = "\u00e9", "e\u0301"
+
+
+def say_tools(value: str) -> str:
+    return ("tools:\n  say:\n    command: [echo, '{x}']\n    arguments:\n"
+            "      type: object\n      required: [x]\n"
+            f"      properties: {{x: {value}}}\n")
+
+
+@pytest.mark.parametrize(("fits_it", "refuses_it", "arg"), [
+    (f'{{const: "{NFC}"}}', f'{{const: "{NFD}"}}', f'"{NFC}"'),  # no Unicode normalising
+    ("{type: integer, multipleOf: 2.0}", "{type: integer, multipleOf: 2}",  # 2.0 is not 2
+     "9223372036854775809"),
+])
+def test_a_contract_edit_that_normalising_would_hide_is_checked_again(
+        project: Project, fits_it: str, refuses_it: str, arg: str) -> None:
+    plan = f"planrun: 1\ngoal: g\nsteps:\n  - {{id: a, tool: say, arguments: {{x: {arg}}}}}\n"
+    project.write("tools.yaml", say_tools(refuses_it))
+    cold, _ = project.check(plan, registry=project.registry()[0])
+    assert codes(cold) == ["arguments"]
+    later_process()
+    project.write("tools.yaml", say_tools(fits_it))
+    _, fitted = project.check(plan, registry=project.registry()[0])
+    assert fitted is not None
+    for _ in range(2):  # in this process, and in a later one
+        project.write("tools.yaml", say_tools(refuses_it))
+        warm, _ = project.check(plan, registry=project.registry()[0])
+        assert codes(warm) == ["arguments"]
+        later_process()
+
+
+def test_a_contract_with_format_keeps_no_fit_for_later_processes(project: Project) -> None:
+    """Most formats are asserted only when an optional package is importable."""
+    project.write("tools.yaml", say_tools("{type: string, format: date-time}"))
+    plan = "planrun: 1\ngoal: g\nsteps:\n  - {id: a, tool: say, arguments: {x: yesterday}}\n"
+    _, checked = project.check(plan, registry=project.registry()[0])
+    assert checked is not None  # no date-time package here: the format is not asserted
+    schema_lines = kept_lines()  # the schema itself is valid whatever is installed
+    assert len(schema_lines) == 1
+    later_process()
+    project.check(plan, registry=project.registry()[0])
+    assert kept_lines() == schema_lines
+
+
+@pytest.mark.parametrize("secret", [True, False])
+def test_a_secret_value_leaves_no_hash_in_the_file(project: Project, secret: bool) -> None:
+    from planrun.validation.arguments import _fit_key
+    from planrun.validation.plan import ParamInput
+
+    project.write("tools.yaml", say_tools("{type: string, minLength: 4}"))
+    plan = (f"planrun: 1\ngoal: g\nparams:\n  token: {{type: string, secret: {secret}}}\n"
+            "steps:\n  - {id: a, tool: say, arguments: {x: '{params.token}'}}\n")
+    registry = project.registry()[0]
+    report, checked = project.check(plan, registry=registry,
+                                    given=ParamInput(cli={"token": "hunter2"}))
+    assert checked is not None, report
+    key = _fit_key(registry["say"], {"x": "hunter2"})
+    assert key is not None
+    assert key[1] == "value"  # minLength: checked by value, so the line would hash it
+    assert (fits.key("arguments", *key) in kept_lines()) is not secret
+
+
+@pytest.mark.parametrize("special", ["fifo", "dev-zero", "symlink"])
+def test_a_fits_file_that_is_no_regular_file_is_never_read_or_written(
+        basic_project: Project, tmp_path: Path, special: str) -> None:
+    folder = Path(platformdirs.user_cache_path("planrun"))
+    folder.mkdir(parents=True, mode=0o700)
+    path = folder / f"fits-{fits.checker()}.txt"
+    victim = tmp_path / "victim"
+    victim.write_text("")
+    if special == "fifo":
+        os.mkfifo(path)
+    elif special == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.symlink_to(victim)
+    code = ("import sys; sys.path[:0] = sys.argv[1:]\n"
+            "from pathlib import Path\nfrom planrun import fits\n"
+            "from planrun.registry import load_registry\n"
+            "load_registry(Path('tools.yaml'))\nfits.save()\n")
+    done = subprocess.run([sys.executable, "-c", code, *sys.path], cwd=basic_project.root,
+                          timeout=60, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == ""

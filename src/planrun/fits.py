@@ -21,7 +21,12 @@ them, in a file:
   ones are removed), so no verdict outlives the code that gave it.
 - **Only fits**: a problem is never kept; it is worked out again, with its message, every
   time. A line that is not 64 hex digits is ignored, so a torn or damaged file can only
-  cost a check, never skip one. The file is started afresh past :data:`MAX_BYTES`.
+  cost a check, never skip one. The file is started afresh past :data:`MAX_BYTES`, and
+  only a regular file is read or written (not through a symlink, never a FIFO or device).
+- **Not kept** (:func:`planrun.validation.arguments.argument_problems`): fits of a contract
+  that uses ``format`` (jsonschema asserts most formats only when an optional package is
+  installed), and fits keyed by the value of arguments that hold a secret (the hash would
+  let a reader of the file confirm a guess).
 
 Lines learnt are appended when validation ends (:func:`save`, called by ``check_plan``) and
 when the process exits, with one ``write`` on a file opened for appending, so processes
@@ -141,18 +146,44 @@ def _load() -> set[str]:
         _path = _file(folder)
         if _path is None:
             return _known
-        with open(_path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > MAX_BYTES:
-                _path.unlink()
-                return _known
-            text = f.read().decode("ascii", "replace")
+        text = _read(_path)
     except FileNotFoundError:
         return _known
     except (OSError, ValueError):
         _path = None
         return _known
+    if text is None:  # past its size: started afresh
+        with contextlib.suppress(OSError):
+            _path.unlink()
+        return _known
     _known.update(line for line in text.split("\n") if _LINE.fullmatch(line))
     return _known
+
+
+#: How the file is opened: never through a symlink, never waiting (a FIFO put there).
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _read(path: Path) -> str | None:
+    """The file's text; None when it is past :data:`MAX_BYTES`.
+
+    Raises:
+        OSError: it cannot be opened, or it is not a regular file (a FIFO, a device, a
+            symlink: ``ELOOP``), which is never read.
+    """
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if st.st_size > MAX_BYTES:
+            return None
+        data = os.read(fd, MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    return None if len(data) > MAX_BYTES else data.decode("ascii", "replace")
 
 
 def key(*parts: str) -> str:
@@ -187,10 +218,13 @@ def save() -> None:
         return
     data = "".join(f"{line}\n" for line in _learnt).encode("ascii")
     _learnt.clear()
+    import stat
+
     with contextlib.suppress(OSError):
-        fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS, 0o600)
         try:
-            os.write(fd, data)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, data)
         finally:
             os.close(fd)
 

@@ -300,16 +300,25 @@ class ToolSpec:
         return strict_validator(self.contract)
 
     @cached_property
-    def contract_key(self) -> str:
+    def contract_key(self) -> str | None:
         """SHA-256 (hex) of what an argument check depends on: name, entry and contract.
 
         Another ``tools.yaml`` entry (another schema, command, ``accepts``...) gives
         another key, so arguments found to fit one are checked again against the other.
+        The text hashed is the JSON as written, nothing normalised (not the canonical JSON
+        of digests): ``multipleOf: 2`` and ``2.0``, or a ``const`` in either Unicode form,
+        are different contracts to jsonschema. None when the entry is not plain JSON data
+        (then no check of it is memoized).
         """
-        from .canonical import digest
+        import hashlib
 
-        return digest({"name": self.name, "entry": self.entry.model_dump(mode="json"),
-                       "contract": self.contract})
+        from .jsontext import plain_json_text
+
+        text = plain_json_text({"name": self.name, "entry": self.entry.model_dump(mode="json"),
+                                "contract": self.contract})
+        if text is None:
+            return None
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
     @cached_property
     def output_validator(self) -> Validator | None:

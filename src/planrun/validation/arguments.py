@@ -25,8 +25,41 @@ ArgumentProblem = tuple[str, str, bool]
 _FITS: set[tuple[str, str, str]] = set()
 FITS_KEPT = 100_000
 
-#: ``contract_key`` → whether that contract is shape-determined (:func:`.shapes.shape_determined`).
-_SHAPED: dict[str, bool] = {}
+#: ``contract_key`` → (whether that contract is shape-determined (:func:`.shapes.
+#: shape_determined`), whether its fits may be kept between processes (:func:`_keepable`)).
+_TRAITS: dict[str, tuple[bool, bool]] = {}
+
+
+def _keepable(schema: Any) -> bool:
+    """Whether fits of ``schema`` may outlive this process (:mod:`planrun.fits`).
+
+    Not when any object in it has a ``format`` key: jsonschema asserts most formats
+    (``date-time``, ``hostname``, ``uri``…) only when an optional package for it can be
+    imported, so the verdict depends on what is installed, which the fits' checker does
+    not name. Within one process, what is installed does not change.
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "format" in node:
+                return False
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
+
+
+def _traits(tool: ToolSpec) -> tuple[bool, bool] | None:
+    key = tool.contract_key
+    if key is None:
+        return None
+    traits = _TRAITS.get(key)
+    if traits is None:
+        if len(_TRAITS) >= FITS_KEPT:  # a long-lived process (MCP) seeing many registries
+            _TRAITS.clear()
+        traits = _TRAITS[key] = (shape_determined(tool.contract), _keepable(tool.contract))
+    return traits
 
 
 def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
@@ -37,14 +70,12 @@ def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
     """
     if tool.model is not None:
         return None
+    traits = _traits(tool)
+    if traits is None:
+        return None
     import hashlib
 
-    shaped = _SHAPED.get(tool.contract_key)
-    if shaped is None:
-        if len(_SHAPED) >= FITS_KEPT:  # a long-lived process (MCP) seeing many registries
-            _SHAPED.clear()
-        shaped = _SHAPED[tool.contract_key] = shape_determined(tool.contract)
-    if shaped:
+    if traits[0]:
         try:
             kind, text = "shape", shape_of(arguments)
         except TypeError:
@@ -54,6 +85,7 @@ def _fit_key(tool: ToolSpec, arguments: Any) -> tuple[str, str, str] | None:
         if value_text is None:
             return None
         kind, text = "value", value_text
+    assert tool.contract_key is not None
     return (tool.contract_key, kind,
             hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
@@ -106,8 +138,25 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
     out = _problems(tool, arguments, stored)
     if key is not None and not out:
         _remember(key)
-        fits.learn(fits.key("arguments", *key))
+        if _may_keep(tool, key, arguments, stored):
+            fits.learn(fits.key("arguments", *key))
     return out
+
+
+def _may_keep(tool: ToolSpec, key: tuple[str, str, str], arguments: dict[str, Any],
+              stored: Any) -> bool:
+    """Whether this fit may be written for later processes (:mod:`planrun.fits`).
+
+    Not for a contract that uses ``format`` (:func:`_keepable`), and not for a fit keyed
+    by the value of arguments that hold a secret (``stored``, their reference form,
+    differs): its hash would let whoever reads the cache file confirm a guess of the
+    secret (SPEC §7: a secret's value lives only in the process's memory). A fit keyed
+    by the shape holds no value and is kept.
+    """
+    traits = _traits(tool)
+    if traits is None or not traits[1]:
+        return False
+    return key[1] == "shape" or stored is None or stored is arguments or stored == arguments
 
 
 def _remember(key: tuple[str, str, str]) -> None:
