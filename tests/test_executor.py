@@ -336,6 +336,30 @@ def test_a_skip_reaches_every_transitive_dependent(xproject: Project) -> None:
     assert calls(xproject) == ["a"]
 
 
+def test_the_skips_of_a_failures_dependents_share_one_commit(
+        xproject: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 dependents of a failed step: their skips do not take a commit each (issue 16)."""
+    from planrun.journal.backends import sqlite as backend
+
+    steps = ["  - {id: s0, tool: boom, arguments: {name: s0}}"] + [
+        f"  - {{id: s{i}, tool: mark, depends_on: [s{i - 1}], arguments: {{name: s{i}}}}}"
+        for i in range(1, 201)]
+    plan(xproject, "cascade", "\n".join(steps))
+    commits: list[int] = []
+    real = backend.SqliteBackend.transaction
+
+    def counted(self: Any, conn: Any) -> Any:
+        commits.append(1)
+        return real(self, conn)
+
+    monkeypatch.setattr(backend.SqliteBackend, "transaction", counted)
+    m = execute_plan(xproject, "cascade")
+    assert statuses(m) == {"s0": "failed", **{f"s{i}": "skipped" for i in range(1, 201)}}
+    assert len(run_events(xproject, m["run_id"], "step_skipped")) == 200
+    assert len(commits) < 20  # the run's own records; was over 200 (one a skip)
+    assert calls(xproject) == ["s0"]
+
+
 # --- retries ----------------------------------------------------------------------------------
 
 

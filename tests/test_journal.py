@@ -394,6 +394,17 @@ def test_a_deferred_outcome_commits_with_the_next_write(journal: Journal, path: 
     assert step_status(path, run_id, "b") == "running"
 
 
+def test_a_deferred_skip_commits_with_the_next_write(journal: Journal, path: Path) -> None:
+    run_id = new_run(journal)
+    journal.step_skipped(run_id, "b", "dependency", "dependency 'a' failed", defer=True)
+    assert journal.pending_writes == 1
+    assert step_status(path, run_id, "b") == "pending"  # not committed yet
+    assert count(path, "events", "kind = 'step_skipped'") == 0
+    journal.flush()
+    assert step_status(path, run_id, "b") == "skipped"
+    assert count(path, "events", "kind = 'step_skipped'") == 1
+
+
 def test_flush_commits_deferred_outcomes(journal: Journal, path: Path) -> None:
     run_id = new_run(journal)
     journal.step_started(run_id, "a", attempt=1, key="ka", root_run_id=run_id)

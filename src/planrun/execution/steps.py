@@ -242,8 +242,8 @@ class Steps(RunParts):
         return (step.run_if == "success" or self.cancel_reason is not None
                 or self.signal_exit is not None)
 
-    def _skip(self, sid: str, reason: str, message: str) -> None:
-        self.journal.step_skipped(self.run_id, sid, reason, message)
+    def _skip(self, sid: str, reason: str, message: str, *, defer: bool = False) -> None:
+        self.journal.step_skipped(self.run_id, sid, reason, message, defer=defer)
         st = self.state[sid]
         st.status, st.reason = "skipped", reason
         self._emit("skipped", sid, reason=reason, message=message)

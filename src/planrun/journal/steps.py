@@ -83,17 +83,24 @@ class StepsMixin(JournalBase):
         return ts
 
     def step_skipped(self, run_id: str, step_id: str, reason: str,
-                     message: str | None = None) -> None:
+                     message: str | None = None, *, defer: bool = False) -> None:
         """Mark a step that will not run ``skipped`` with its reason, with ``step_skipped``.
 
         The step is ``pending``, or was left ``running``/``indeterminate`` by a crash and is
         not being called again (the executor never skips a call it dispatched).
 
+        With ``defer`` the record joins the next write's transaction (as
+        :meth:`step_finished`'s): the executor skips the dependents of a failed step
+        this way, so 5,000 of them take one commit, not 5,000. A skip lost with a crash
+        before that commit is worked out again by ``resume`` from what it depended on.
+
         Raises:
-            JournalError: the step is in none of those states.
+            JournalError: the step is in none of those states (with ``defer``: when the
+                transaction that carries it commits).
         """
         ts = now()
-        with self._write() as c:
+
+        def write(c: Conn) -> None:
             self._guard(c, run_id)
             self._expect_changed(
                 c, "UPDATE steps SET status = 'skipped', skip_reason = ?, finished_at = ?, "
@@ -103,6 +110,8 @@ class StepsMixin(JournalBase):
                  run_id, step_id), f"step {step_id!r} of run {run_id} cannot be skipped now")
             self._event(c, run_id, "step_skipped", step_id=step_id,
                         data={"reason": reason, "message": message}, ts=ts)
+
+        self._apply(write, defer)
 
     def step_retried(self, run_id: str, step_id: str, attempt: int, error: dict[str, Any],
                      delay: float, item: int | None = None) -> None:
