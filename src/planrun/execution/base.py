@@ -46,6 +46,8 @@ class RunParts:
     _batch: asyncio.Future[None] | None
     _batch_timer: asyncio.TimerHandle | None
     _running: dict[asyncio.Task[None], str]
+    #: Steps whose task waits for a slot (pool or ``max_parallel``), in dispatch order.
+    _slot_waiters: dict[str, CheckedStep]
     _loop: asyncio.AbstractEventLoop
     _grace: asyncio.TimerHandle
 

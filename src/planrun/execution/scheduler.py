@@ -233,6 +233,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
         self._sem = asyncio.Semaphore(self.max_parallel)
         self._pools = {name: asyncio.Semaphore(n) for name, n in self.pools.items()}
         self._running = {}
+        self._slot_waiters = {}
         loop = self._loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, self._on_signal, signum)
