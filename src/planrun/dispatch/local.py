@@ -1,5 +1,9 @@
 """The local dispatcher: python tools in threads of this process, commands as children.
 
+A sync python tool seen to be quick is called on the event loop's thread instead, when
+nothing else is under way and no timeout could need to cut it short
+(:mod:`planrun.dispatch.inline`).
+
 It owns what running tools here takes (SPEC §2, §7, §12): the thread pool, the process
 groups of commands and the keeper that ends them if planrun dies, and — for the run's
 duration only, inside :meth:`LocalDispatcher.session` — the process's working folder
@@ -12,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import inspect
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,8 +31,17 @@ from .. import masking, procs
 from ..journal.backends import shown_location
 from ..redact import Secrets
 from ..registry import ToolSpec
-from ..tools import PARAM_ENV_PREFIX, CallTimeout, call_command, call_python
+from ..tools import (
+    PARAM_ENV_PREFIX,
+    CallTimeout,
+    ToolFailure,
+    call_command,
+    call_python,
+    python_invocation,
+    tool_error,
+)
 from .base import Call, Dispatcher, Watch
+from .inline import Cut, Interruptible, LoopAside, Quick, on_main_thread
 
 
 class LocalDispatcher(Dispatcher):
@@ -35,13 +51,24 @@ class LocalDispatcher(Dispatcher):
         project: the project folder (the working folder of every call).
         tools: tool name → its spec (the tools the plan uses).
         threads: threads for sync python tools (the run's ``max_parallel``).
+        inline: whether quick sync python calls may be made on the loop's thread
+            (:mod:`planrun.dispatch.inline`; False when the run has a ``timeout``).
+        grace_s: seconds a call made there gets after the first SIGINT or SIGTERM.
     """
 
-    def __init__(self, project: Path, tools: Mapping[str, ToolSpec], threads: int) -> None:
+    def __init__(self, project: Path, tools: Mapping[str, ToolSpec], threads: int, *,
+                 inline: bool = True, grace_s: float = 10.0) -> None:
         self.project = project
         self.tools = dict(tools)
         self.threads = threads
+        self.inline = inline
+        self.grace_s = grace_s
         self.abandoned = 0
+        #: Calls under way now other than one on the loop's thread (threads, commands).
+        self._away = 0
+        self._quick = Quick()
+        #: ids of the calls cut short on the loop's thread (nothing of them goes on).
+        self._cut: set[int] = set()
         self._groups: set[int] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._keeper: procs.Keeper | None = None
@@ -70,20 +97,94 @@ class LocalDispatcher(Dispatcher):
             os.chdir(here)
 
     def abandons(self, call: Call) -> bool:
-        """A python call cancelled or timed out goes on in its thread (it is abandoned)."""
+        """A python call cancelled or timed out goes on in its thread (it is abandoned).
+
+        Not one cut short on the loop's thread (:class:`~.inline.Cut`): it ended.
+        """
+        if id(call) in self._cut:
+            self._cut.discard(id(call))
+            return False
         return self.tools[call.tool].kind == "python"
 
     async def call(self, call: Call, watch: Watch) -> Any:
         """Call the tool once (see :meth:`Dispatcher.call`)."""
         tool = self.tools[call.tool]
-        if tool.kind == "python":
+        if tool.kind != "python":
+            self._away += 1
             try:
-                return await call_python(tool, call.arguments, call.context, self._pool,
-                                         call.timeout, secrets=call.secrets)
-            except (asyncio.CancelledError, CallTimeout):
-                self.abandoned += 1
+                return await self._command(tool, call, watch)
+            finally:
+                self._away -= 1
+        if (self.inline and call.timeout is None and not self._away
+                and tool.name in self._quick and on_main_thread()):
+            return await self._on_loop(tool, call, watch)
+        self._away += 1
+        t0 = time.perf_counter()
+        try:
+            output = await call_python(tool, call.arguments, call.context, self._pool,
+                                       call.timeout, secrets=call.secrets)
+        except (asyncio.CancelledError, CallTimeout):
+            self.abandoned += 1
+            raise
+        except ToolFailure:
+            self._took(tool, t0)
+            raise
+        finally:
+            self._away -= 1
+        self._took(tool, t0)
+        return output
+
+    def _took(self, tool: ToolSpec, t0: float) -> None:
+        """Learn whether a sync python call that ended was quick (:class:`~.inline.Quick`)."""
+        if not inspect.iscoroutinefunction(tool.func):
+            self._quick.took(tool.name, time.perf_counter() - t0)
+
+    async def _on_loop(self, tool: ToolSpec, call: Call, watch: Watch) -> Any:
+        """A quick sync python call on the loop's thread (as :func:`call_python` makes it).
+
+        The signals taken meanwhile go to ``watch.signalled`` (else they are raised again
+        for the loop's own handlers) before the call's end is reported.
+
+        Raises:
+            ToolFailure: the callable raised (code ``tool_error``), or the arguments do
+                not fit its model (code ``arguments``).
+            asyncio.CancelledError: a signal cut it short (:class:`~.inline.Interruptible`).
+        """
+        invoke = python_invocation(tool, call.arguments, call.context, call.secrets)
+        t0 = time.perf_counter()
+        guard = Interruptible(self.grace_s)
+        cut = False
+        try:
+            with guard, LoopAside():
+                result = contextvars.copy_context().run(invoke)
+        except Cut:
+            cut = True
+        except BaseException as exc:  # the tool's own failure, also SystemExit and friends
+            raise tool_error(exc, call.secrets) from None
+        finally:
+            self._quick.took(tool.name, time.perf_counter() - t0)
+            for signum in guard.received:
+                if watch.signalled is not None:
+                    watch.signalled(signum)
+                else:
+                    signal.raise_signal(signum)
+        if cut:
+            self._cut.add(id(call))
+            # the cancel those signals asked for (a second Ctrl-C cancels what runs) is
+            # taken here, where a call in a thread would have taken it
+            await asyncio.sleep(0)
+            raise asyncio.CancelledError
+        if inspect.isawaitable(result):  # a sync function that returned an awaitable
+            self._away += 1
+            try:
+                result = await result
+            except asyncio.CancelledError:
                 raise
-        return await self._command(tool, call, watch)
+            except BaseException as exc:
+                raise tool_error(exc, call.secrets) from None
+            finally:
+                self._away -= 1
+        return result
 
     async def _command(self, tool: ToolSpec, call: Call, watch: Watch) -> Any:
         # The command's group is known to the keeper from before it runs, and reported

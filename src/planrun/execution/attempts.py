@@ -150,7 +150,8 @@ class Attempts(RunParts):
         return Watch(
             started=lambda group: journal.record_call(run_id, ctx.step_id, ctx.item_index,
                                                       group),
-            ended=lambda group: journal.end_call(run_id, group), stderr=stderr.append)
+            ended=lambda group: journal.end_call(run_id, group), stderr=stderr.append,
+            signalled=self._on_signal)
 
     def _unknown(self, call: Call, error: dict[str, Any]) -> Outcome:
         """Journal the call ``indeterminate``: its effect is not known."""

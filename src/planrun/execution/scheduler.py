@@ -103,7 +103,10 @@ class Executor(Steps, FanOut, Attempts, Gate):
             from ..dispatch.local import LocalDispatcher
 
             tools = {s.tool.name: s.tool for s in self.plan.steps}
-            self.dispatcher = LocalDispatcher(self.project, tools, self.max_parallel)
+            # no call on the loop's thread when the run's timeout may have to cut it
+            self.dispatcher = LocalDispatcher(self.project, tools, self.max_parallel,
+                                              inline=not self.plan.timeout,
+                                              grace_s=self.grace_s)
         self._dispatcher = self.dispatcher
         self._secrets = Secrets.of_plan(self.plan)
 
