@@ -109,14 +109,14 @@ class Attempts(RunParts):
         item, where = call.context.item_index, call.where
         stderr: list[str] = []
         try:
-            inject_fault("dispatch", step.id, item)
+            inject_fault("dispatch", step.id, item, self._seam)
             self._calls += 1
             try:
                 output = await self._dispatcher.call(call, self._watch(call, stderr))
             finally:
                 self._calls -= 1
             self._crash_at("call", step.id, item)
-            inject_fault("call", step.id, item)
+            inject_fault("call", step.id, item, self._seam)
             output, error = self._check_output(step, output)
         except asyncio.CancelledError:
             how = "abandoned" if self._dispatcher.abandons(call) else "cancelled"

@@ -41,6 +41,8 @@ class RunParts:
     _dispatcher: Dispatcher
     _secrets: Secrets
     _crash: frozenset[tuple[str, str]]
+    #: ``PLANRUN_TEST_INTERNAL`` as read when the run started (None: read at each point).
+    _seam: str | None
     _sem: asyncio.Semaphore
     _pools: dict[str, asyncio.Semaphore]
     _batch: asyncio.Future[None] | None

@@ -52,13 +52,17 @@ BEFORE_CALL = ("pending", "running", "indeterminate")
 INTERNAL_ENV = "PLANRUN_TEST_INTERNAL"
 
 
-def inject_fault(point: str, step: str | None = None, item: int | None = None) -> None:
+def inject_fault(point: str, step: str | None = None, item: int | None = None,
+                 seam: str | None = None) -> None:
     """Raise the test seam's stand-in bug when ``PLANRUN_TEST_INTERNAL`` names this point.
+
+    ``seam``: the variable's value as read once for the run (the scheduler reads it when
+    a run starts: ~3 us of ``os.environ`` a look-up, four a step), or None to read it now.
 
     Raises:
         RuntimeError: the seam names ``point`` (and ``step``, or ``step#item``).
     """
-    raw = os.environ.get(INTERNAL_ENV)
+    raw = os.environ.get(INTERNAL_ENV) if seam is None else seam
     if not raw:
         return
     names = {point} if step is None else {point, f"{point}:{step}"} | (

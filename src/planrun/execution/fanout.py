@@ -120,7 +120,7 @@ class FanOut(RunParts):
     def _prepare_item(self, step: CheckedStep, items: _Items, idx: int
                       ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
         try:
-            inject_fault("prepare", step.id, idx)
+            inject_fault("prepare", step.id, idx, self._seam)
             return self._prepare(step, self._lookup(step, items.source[idx], idx), idx)
         except PlanrunError:
             raise

@@ -31,7 +31,15 @@ from ..journal.store import LeaseLost
 from ..redact import Secrets
 from ..validation import CheckedPlan, CheckedStep
 from .attempts import Attempts
-from .common import GRACE_S, Heartbeat, Progress, StepState, crash_points, inject_fault
+from .common import (
+    GRACE_S,
+    INTERNAL_ENV,
+    Heartbeat,
+    Progress,
+    StepState,
+    crash_points,
+    inject_fault,
+)
 from .fanout import FanOut
 from .gate import Gate
 from .steps import Steps
@@ -97,6 +105,8 @@ class Executor(Steps, FanOut, Attempts, Gate):
     _calls: int = 0
     #: a Ctrl-C was a denial at a prompt (:mod:`.gate`): not an interruption.
     _swallow_sigint: bool = False
+    #: ``PLANRUN_TEST_INTERNAL`` as read when the run started (:func:`~.common.inject_fault`).
+    _seam: str | None = None
 
     def __post_init__(self) -> None:
         if self.dispatcher is None:
@@ -129,6 +139,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
         for s in self.plan.steps:
             self.state.setdefault(s.id, StepState())
         self._crash = crash_points()
+        self._seam = os.environ.get(INTERNAL_ENV, "")  # read once a run (inject_fault)
         try:
             with self._dispatcher.session(self._secrets):
                 asyncio.run(self._main())
@@ -309,7 +320,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
             ready.add(sorter.get_ready())
             while ready and self.signal_exit is None and not self.lost and not self.awaiting:
                 sid = ready.pop()
-                inject_fault("schedule", sid)
+                inject_fault("schedule", sid, seam=self._seam)
                 if self._settled_before(sid):
                     sorter.done(sid)
                 else:

@@ -55,7 +55,7 @@ class Steps(RunParts):
                            traceback=error["traceback"])
 
     async def _step(self, step: CheckedStep) -> None:
-        inject_fault("prepare", step.id)
+        inject_fault("prepare", step.id, seam=self._seam)
         if step.when is not None and not self._when(step):
             return
         if step.for_each is not None:
