@@ -145,21 +145,25 @@ tools:
   noop:
     description: Does nothing
     python: bench_tools:noop
+    blocking: false     # returns at once: called on the event loop's thread
     arguments: {type: object, properties: {n: {type: integer}}, required: [n],
                 additionalProperties: false}
   emit:
     description: The list 0..n-1
     python: bench_tools:emit
+    blocking: false     # returns at once: called on the event loop's thread
     arguments: {type: object, properties: {n: {type: integer}}, required: [n],
                 additionalProperties: false}
   double:
     description: 2 * x
     python: bench_tools:double
+    blocking: false     # returns at once: called on the event loop's thread
     arguments: {type: object, properties: {x: {type: integer}}, required: [x],
                 additionalProperties: false}
   total:
     description: Sum of a list of integers
     python: bench_tools:total
+    blocking: false     # returns at once: called on the event loop's thread
     arguments: {type: object, properties: {xs: {type: array, items: {type: integer}}},
                 required: [xs], additionalProperties: false}
   nap:
@@ -171,6 +175,7 @@ tools:
     description: Append a timestamped line to $BENCH_EFFECTS
     python: bench_tools:mark
     idempotent: true
+    blocking: false
     arguments: {type: object, properties: {n: {type: integer}}, required: [n],
                 additionalProperties: false}
 '''

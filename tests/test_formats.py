@@ -204,6 +204,7 @@ GOOD_TOOL = st.fixed_dictionaries({}, optional={
     "approve": st.none() | st.just("resolved"),
     "allow_embedded": st.none() | st.lists(st.text(), max_size=2),
     "allow_option_values": st.none() | st.booleans() | st.lists(st.text(), max_size=2),
+    "blocking": st.none() | st.booleans(),
 })
 
 
@@ -303,6 +304,7 @@ TOOL_VALUES = {
     "dedupe_ttl": st.one_of(st.floats(), st.integers(), EDGE),
     "timeout": SECONDS, "retries": NESTED["retries"], "cwd": EDGE, "pool": EDGE,
     "approve": EDGE, "allow_embedded": EDGE, "allow_option_values": EDGE,
+    "blocking": EDGE,
 }
 CASES = [(step_data, Step, mutated(GOOD_STEP, STEP_VALUES, ("id", "tool"))),
          (head_data, PlanHead, mutated(GOOD_HEAD, HEAD_VALUES, ("planrun", "goal", "steps"))),

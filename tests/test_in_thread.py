@@ -1,9 +1,10 @@
 """``planrun.tools.in_thread``: a sync python call's hand-over to its thread (issue 16).
 
 It replaces ``loop.run_in_executor`` on the path of every sync python call, so it must
-keep that contract: the value or the exception (``SystemExit`` too) comes back, the
-caller's context variables are seen, and a call cancelled before its thread took it is
-never run.
+keep that contract: the value comes back, the exception too (``SystemExit``,
+``TimeoutError``, ``GeneratorExit`` …) but wrapped, so that asyncio cannot take it for its
+own, the caller's context variables are seen, and a call cancelled before its thread took
+it is never run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from planrun.tools import in_thread
+from planrun.tools import _Raised, in_thread
 
 WHO: contextvars.ContextVar[str] = contextvars.ContextVar("WHO", default="nobody")
 
@@ -24,10 +25,12 @@ def test_the_value_the_exception_and_the_context_come_back() -> None:
     async def main() -> None:
         with ThreadPoolExecutor(2) as pool:
             assert await in_thread(pool, lambda x: x * 2, 21) == 42
-            with pytest.raises(ValueError, match="bad"):
-                await in_thread(pool, _raise, ValueError("bad"))
-            with pytest.raises(SystemExit):
-                await in_thread(pool, _raise, SystemExit(3))
+            for raised in (ValueError("bad"), SystemExit(3), TimeoutError("own"),
+                           GeneratorExit("gone"), StopIteration(1),
+                           asyncio.CancelledError("own"), KeyboardInterrupt()):
+                with pytest.raises(_Raised) as info:
+                    await in_thread(pool, _raise, raised)
+                assert info.value.raised is raised
             WHO.set("caller")
             ctx = contextvars.copy_context()
             assert await in_thread(pool, ctx.run, WHO.get) == "caller"

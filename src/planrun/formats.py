@@ -162,6 +162,10 @@ def _flag(v: Any) -> Any:
     return v if type(v) is bool else _NO
 
 
+def _opt_flag(v: Any) -> Any:
+    return v if v is None or type(v) is bool else _NO
+
+
 def _mapping(v: Any) -> Any:
     """``dict[str, Any]``: a copy, as pydantic gives."""
     if type(v) is not dict:
@@ -440,6 +444,7 @@ class ToolData(_Data):
     approve: str | None = None
     allow_embedded: list[str] | None = None
     allow_option_values: bool | list[str] | None = None
+    blocking: bool | None = None
 
 
 _RETRIES: dict[str, Check] = {
@@ -583,6 +588,7 @@ _TOOL: dict[str, Check] = {
     "approve": _choice(APPROVE, optional=True),
     "allow_embedded": _texts(optional=True),
     "allow_option_values": _option_values,
+    "blocking": _opt_flag,
 }
 
 

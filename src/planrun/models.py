@@ -148,6 +148,10 @@ class Tool(BaseModel):
     allow_embedded: list[str] | None = None
     #: command tools: arguments (or ``true``: all) whose value may start with ``-``.
     allow_option_values: bool | list[str] | None = None
+    #: sync python tools: ``false`` declares that each call returns at once and keeps
+    #: nothing bound to a thread, so it is called on the event loop's own thread, not in
+    #: a worker thread (:mod:`planrun.dispatch.inline`). None (the default): a thread.
+    blocking: bool | None = None
 
 
 class Registry(BaseModel):

@@ -574,6 +574,9 @@ def _shape_ok(name: str, entry: ToolData, base: str, pools: dict[str, int] | Non
             if getattr(entry, fld) is not None:
                 add(pointer("tools", name, fld),
                     f"tool {name!r}: {fld!r} applies to command tools only")
+    elif entry.blocking is not None:
+        add(pointer("tools", name, "blocking"),
+            f"tool {name!r}: 'blocking' applies to python tools only")
     if pools is not None and entry.pool is not None and entry.pool not in pools:
         add(pointer("tools", name, "pool"),
             f"tool {name!r}: pool {entry.pool!r} is not declared in [pools] of planrun.toml")

@@ -186,12 +186,15 @@ def validate_model(model: Any, arguments: dict[str, Any], secrets: Secrets | Non
 
 
 class _Raised(Exception):
-    """Carries an exception asyncio cannot put in a future as itself (:func:`in_thread`).
+    """Carries what a tool raised past asyncio, so that it is read as the tool's failure.
 
-    ``Future.set_exception`` refuses a ``StopIteration`` (on Python 3.11 it raises
-    ``TypeError``, and the future is never settled: the call would wait forever), and an
-    ``asyncio.CancelledError`` set there reads as a cancellation of the awaiting step, not
-    as the tool's failure. :func:`call_python` unwraps it.
+    Asyncio would misread several exceptions as its own: ``Future.set_exception``
+    refuses a ``StopIteration`` (on Python 3.11 it raises ``TypeError``, and the future is
+    never settled: the call would wait forever), an ``asyncio.CancelledError`` (also
+    ``concurrent.futures.CancelledError``) reads as a cancellation of the awaiting step, a
+    ``TimeoutError`` as the call's own timeout, and a ``GeneratorExit`` escapes the
+    awaiting coroutine. So every exception of a tool's call comes wrapped
+    (:func:`in_thread`, :func:`call_python`), and :func:`call_python` unwraps it.
     """
 
     def __init__(self, raised: BaseException) -> None:
@@ -210,9 +213,9 @@ def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any
     or ``KeyboardInterrupt`` (a tool's ``sys.exit()``) re-raises it out of the event
     loop, ending planrun instead of failing the step.
 
-    A ``StopIteration`` or ``asyncio.CancelledError`` raised by ``fn`` comes back wrapped
-    in :class:`_Raised` (asyncio cannot carry them as they are). Cancelled, the call is
-    taken back if its thread has not started it, and otherwise goes on (abandoned).
+    An exception raised by ``fn`` comes back wrapped in :class:`_Raised` (asyncio would
+    misread some as its own). Cancelled, the call is taken back if its thread has not
+    started it, and otherwise goes on (abandoned).
 
     Raises:
         RuntimeError: ``pool`` is shut down (from ``Executor.submit``).
@@ -220,10 +223,27 @@ def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any
     def guarded() -> Any:
         try:
             return fn(*args)
-        except (StopIteration, asyncio.CancelledError) as exc:
+        except BaseException as exc:
             raise _Raised(exc) from None
 
     return asyncio.get_running_loop().run_in_executor(pool, guarded)
+
+
+async def _own(awaitable: Any) -> Any:
+    """Await a tool's awaitable; what it raises comes wrapped in :class:`_Raised`.
+
+    Not a cancellation of the awaiting task itself (planrun's: a signal, a timeout, a
+    lost lease), which goes through as it is.
+    """
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise _Raised(asyncio.CancelledError()) from None
+    except BaseException as exc:
+        raise _Raised(exc) from None
 
 
 def _python_kwargs(tool: ToolSpec, arguments: dict[str, Any], secrets: Secrets
@@ -301,14 +321,14 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
         if is_async:
             async def run_async() -> Any:
                 _CONTEXT.set(ctx)
-                return await func(**kwargs)
+                return await _own(func(**kwargs))
 
             result = await asyncio.wait_for(asyncio.create_task(run_async()), timeout)
         else:
             result = await asyncio.wait_for(in_thread(pool, contextvars.copy_context().run,
                                                       invoke), timeout)
         if inspect.isawaitable(result):
-            result = await asyncio.wait_for(result, timeout)
+            result = await asyncio.wait_for(_own(result), timeout)
     except TimeoutError:
         raise CallTimeout({"code": "timeout",
                            "message": f"call ran past its timeout of {timeout} s"}) from None

@@ -1,60 +1,36 @@
-"""Quick sync python calls made on the event loop's thread, without a thread hop.
+"""Sync python calls made on the event loop's thread, without a thread hop.
 
 Handing a sync python call to a worker thread and its result back to the event loop
 costs two thread wake-ups: measured on a 2-core machine, ~0.1 ms of CPU a call, a third
 of what a 1,000-step chain of no-op tools spent per step (``benchmarks/README.md``,
-issue 16). The local dispatcher (:mod:`planrun.dispatch.local`) therefore calls a sync
-python tool on the loop's own thread once it has seen that the tool is quick, when that
-cannot hold anything else up:
+issue 16). A python tool whose registry entry says ``blocking: false`` — each call
+returns at once and keeps nothing bound to a thread — is therefore called on the loop's
+own thread by the local dispatcher (:mod:`planrun.dispatch.local`), unless:
 
-- every call of the tool so far in this run ended within :data:`QUICK_S` (the first one
-  is made in a thread, as before; one that took longer sends the tool back to threads
-  for the rest of the run: :class:`Quick`);
-- no other call is under way (in a thread, a child process, or an ``async def`` tool):
-  while the loop is busy with a call, nothing else can become ready;
-- the call has no ``timeout`` and the run none either (a timeout must be able to cut a
-  call short, and only a call in a thread can be left behind);
-- the run is driven on the main thread (signals are handled there only).
+- the call or the run has a ``timeout`` (a timeout must be able to leave a call behind,
+  which only a call in a thread can be);
+- the run is not driven on the main thread (signals are handled there only);
+- the tool is ``async def`` (it runs on the loop anyway).
 
-If a quick tool nevertheless blocks on one call, Ctrl-C and SIGTERM keep their meaning
-(SPEC §5, ``docs/journal-and-resume.md``): the first signal gives the call the run's grace
-period and a second Ctrl-C ends it at once (:class:`Interruptible`, which raises
-:class:`Cut` inside the call; the step is journaled ``indeterminate``, as a cancelled call
-in a thread is, and nothing is left running).
+Nothing is guessed: a tool without that declaration always runs in a thread. A tool that
+blocks after all holds up the whole run while it does (other calls, retries, progress);
+Ctrl-C and SIGTERM still act on it (:class:`Interruptible`): the first gives the call the
+run's grace period, a second Ctrl-C ends it at once, by raising :class:`Cut` inside it —
+so a call blocked in C code (``os.system``) is ended only when it returns to Python. A
+cut call is journaled ``indeterminate`` whatever it did with the ``Cut``; one that catches
+it and goes on ends the process as a crash would (:meth:`Interruptible._give_up`).
 """
 
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # signal's own: ~2 us less a call (enums)
 import asyncio
+import contextlib
+import os
 import signal
 import threading
 from types import FrameType, TracebackType
 from typing import Any
-
-#: Seconds: a sync python tool whose every call in the run ended within this is quick.
-QUICK_S = 0.005
-
-
-class Quick:
-    """Which tools of a run are quick (every call so far ended within :data:`QUICK_S`).
-
-    A tool is unknown until its first call ended; one call over the limit makes it slow
-    for the rest of the run (a tool that blocks once may block again).
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[str, bool] = {}
-
-    def __contains__(self, tool: str) -> bool:
-        return self._seen.get(tool, False)
-
-    def took(self, tool: str, seconds: float) -> None:
-        """Record that a call of ``tool`` ended after ``seconds`` (wall)."""
-        if seconds >= QUICK_S:
-            self._seen[tool] = False
-        else:
-            self._seen.setdefault(tool, True)
 
 
 class Cut(BaseException):
@@ -82,12 +58,14 @@ class Interruptible:
       call in a thread (SPEC §5);
     - a second SIGINT cuts the call at once (a second Ctrl-C cancels what runs).
 
-    Cutting raises :class:`Cut` where the call is. Every SIGINT and SIGTERM taken is in
-    :attr:`received`, in order, for the scheduler to handle once the call has ended (the
-    dispatcher hands them over before it reports the call's end, so the run's state knows
-    of them first). The swap happens with the signals blocked, so none is lost or taken
-    twice; the previous handlers and wakeup fd are put back, and the timer disarmed, on
-    exit.
+    Cutting raises :class:`Cut` where the call is (:attr:`cut` tells). A call that
+    catches it and goes on gets one more grace period; then, or at the next SIGINT or
+    SIGTERM, the process ends at once, as a crash would (:meth:`_give_up`).
+    Every SIGINT and SIGTERM taken is in :attr:`received`, in order, for the scheduler to
+    handle once the call has ended (the dispatcher hands them over before it reports the
+    call's end, so the run's state knows of them first). The swap happens with the
+    signals blocked, so none is lost or taken twice; the previous handlers and wakeup fd
+    are put back, and the timer disarmed, on exit.
     """
 
     _SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM), int(signal.SIGALRM))
@@ -97,6 +75,8 @@ class Interruptible:
         self.grace_s = grace_s
         #: SIGINT / SIGTERM taken during the call, in order.
         self.received: list[int] = []
+        #: Whether :class:`Cut` was raised in the call (it ended, or should have).
+        self.cut = False
         self._armed = False
         self._active = False
         self._previous: list[Any] = []
@@ -117,12 +97,39 @@ class Interruptible:
             self.received.append(signum)
         if not self._active:
             return
-        if signum == signal.SIGALRM or (signum == signal.SIGINT and len(self.received) > 1):
-            self._active = False
-            raise Cut(signal.Signals(signum).name)
+        if self.cut:  # the call caught its Cut and went on: it will not end
+            self._give_up()
+        if signum == signal.SIGALRM or (signum == signal.SIGINT
+                                        and self.received.count(signal.SIGINT) > 1):
+            self._cut()
         if not self._armed:
             self._armed = True
             signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
+
+    def _cut(self) -> None:
+        """Raise :class:`Cut` in the call; it gets one more grace period to end."""
+        self.cut = True
+        self._armed = True
+        signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
+        raise Cut("the call was cut short by a signal")
+
+    def _give_up(self) -> None:
+        """End the process now: the call caught its :class:`Cut` and did not end.
+
+        As a crash would: what was committed stays, the step stays ``running`` in the
+        journal, and ``planrun resume`` settles it (SPEC §5). Exit 130 after a Ctrl-C,
+        else 143.
+        """
+        from .. import masking
+
+        with contextlib.suppress(Exception):
+            out = masking.diagnostics()
+            out.write("planrun: a call made on the event loop's thread (a tool declared "
+                      "'blocking: false') went on after it was cut short; exiting now "
+                      "without waiting for it: its step stays 'running' in the journal, "
+                      "and `planrun resume` settles it\n")
+            out.flush()
+        os._exit(130 if signal.SIGINT in self.received else 143)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -1,7 +1,7 @@
 """The local dispatcher: python tools in threads of this process, commands as children.
 
-A sync python tool seen to be quick is called on the event loop's thread instead, when
-nothing else is under way and no timeout could need to cut it short
+A sync python tool declared ``blocking: false`` is called on the event loop's thread
+instead, unless a timeout could need to leave the call behind
 (:mod:`planrun.dispatch.inline`).
 
 It owns what running tools here takes (SPEC §2, §7, §12): the thread pool, the process
@@ -21,7 +21,6 @@ import inspect
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +40,7 @@ from ..tools import (
     tool_error,
 )
 from .base import Call, Dispatcher, Watch
-from .inline import Cut, Interruptible, LoopAside, Quick, on_main_thread
+from .inline import Cut, Interruptible, LoopAside, on_main_thread
 
 
 class LocalDispatcher(Dispatcher):
@@ -51,9 +50,10 @@ class LocalDispatcher(Dispatcher):
         project: the project folder (the working folder of every call).
         tools: tool name → its spec (the tools the plan uses).
         threads: threads for sync python tools (the run's ``max_parallel``).
-        inline: whether quick sync python calls may be made on the loop's thread
-            (:mod:`planrun.dispatch.inline`; False when the run has a ``timeout``).
-        grace_s: seconds a call made there gets after the first SIGINT or SIGTERM.
+        inline: whether calls of ``blocking: false`` tools may be made on the loop's
+            thread (:mod:`planrun.dispatch.inline`; False when the run has a ``timeout``).
+        grace_s: seconds a call made there gets after the first SIGINT or SIGTERM (the
+            scheduler passes its own).
     """
 
     def __init__(self, project: Path, tools: Mapping[str, ToolSpec], threads: int, *,
@@ -64,9 +64,6 @@ class LocalDispatcher(Dispatcher):
         self.inline = inline
         self.grace_s = grace_s
         self.abandoned = 0
-        #: Calls under way now other than one on the loop's thread (threads, commands).
-        self._away = 0
-        self._quick = Quick()
         #: ids of the calls cut short on the loop's thread (nothing of them goes on).
         self._cut: set[int] = set()
         self._groups: set[int] = set()
@@ -110,37 +107,19 @@ class LocalDispatcher(Dispatcher):
         """Call the tool once (see :meth:`Dispatcher.call`)."""
         tool = self.tools[call.tool]
         if tool.kind != "python":
-            self._away += 1
-            try:
-                return await self._command(tool, call, watch)
-            finally:
-                self._away -= 1
-        if (self.inline and call.timeout is None and not self._away
-                and tool.name in self._quick and on_main_thread()):
+            return await self._command(tool, call, watch)
+        if (tool.entry.blocking is False and self.inline and call.timeout is None
+                and on_main_thread() and not inspect.iscoroutinefunction(tool.func)):
             return await self._on_loop(tool, call, watch)
-        self._away += 1
-        t0 = time.perf_counter()
         try:
-            output = await call_python(tool, call.arguments, call.context, self._pool,
-                                       call.timeout, secrets=call.secrets)
+            return await call_python(tool, call.arguments, call.context, self._pool,
+                                     call.timeout, secrets=call.secrets)
         except (asyncio.CancelledError, CallTimeout):
             self.abandoned += 1
             raise
-        except ToolFailure:
-            self._took(tool, t0)
-            raise
-        finally:
-            self._away -= 1
-        self._took(tool, t0)
-        return output
-
-    def _took(self, tool: ToolSpec, t0: float) -> None:
-        """Learn whether a sync python call that ended was quick (:class:`~.inline.Quick`)."""
-        if not inspect.iscoroutinefunction(tool.func):
-            self._quick.took(tool.name, time.perf_counter() - t0)
 
     async def _on_loop(self, tool: ToolSpec, call: Call, watch: Watch) -> Any:
-        """A quick sync python call on the loop's thread (as :func:`call_python` makes it).
+        """A ``blocking: false`` call on the loop's thread (as :func:`call_python` makes it).
 
         The signals taken meanwhile go to ``watch.signalled`` (else they are raised again
         for the loop's own handlers) before the call's end is reported.
@@ -151,39 +130,37 @@ class LocalDispatcher(Dispatcher):
             asyncio.CancelledError: a signal cut it short (:class:`~.inline.Interruptible`).
         """
         invoke = python_invocation(tool, call.arguments, call.context, call.secrets)
-        t0 = time.perf_counter()
         guard = Interruptible(self.grace_s)
-        cut = False
+        failure: ToolFailure | None = None
         try:
-            with guard, LoopAside():
+            # the guard inside: no Cut can land while the running loop is put back
+            with LoopAside(), guard:
                 result = contextvars.copy_context().run(invoke)
         except Cut:
-            cut = True
+            pass
         except BaseException as exc:  # the tool's own failure, also SystemExit and friends
-            raise tool_error(exc, call.secrets) from None
+            failure = tool_error(exc, call.secrets)
         finally:
-            self._quick.took(tool.name, time.perf_counter() - t0)
             for signum in guard.received:
                 if watch.signalled is not None:
                     watch.signalled(signum)
                 else:
                     signal.raise_signal(signum)
-        if cut:
+        if guard.cut:  # whatever the call did with the Cut (caught it, wrapped it)
             self._cut.add(id(call))
             # the cancel those signals asked for (a second Ctrl-C cancels what runs) is
             # taken here, where a call in a thread would have taken it
             await asyncio.sleep(0)
             raise asyncio.CancelledError
+        if failure is not None:
+            raise failure from None
         if inspect.isawaitable(result):  # a sync function that returned an awaitable
-            self._away += 1
             try:
                 result = await result
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
                 raise tool_error(exc, call.secrets) from None
-            finally:
-                self._away -= 1
         return result
 
     async def _command(self, tool: ToolSpec, call: Call, watch: Watch) -> Any:
