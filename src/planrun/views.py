@@ -129,6 +129,7 @@ def describe_tools(registry: Any, *, allowed: bool = False) -> list[dict[str, An
             "name": name, "kind": spec.kind, "description": spec.entry.description,
             "irreversible": spec.entry.irreversible, "idempotent": spec.entry.idempotent,
             "timeout": spec.entry.timeout, "arguments": args,
+            "blocking": spec.entry.blocking is not False,
             "command": spec.entry.command, "python": spec.entry.python,
         })
     return out

@@ -46,3 +46,15 @@ def test_tools_allowed_in_text(proj: Project) -> None:
     assert res.returncode == 0, res.stderr
     assert "chatty" in res.stdout
     assert "echo" not in res.stdout
+
+
+def test_tools_says_which_tools_are_called_on_the_loop_thread(proj: Project) -> None:
+    tools = (proj.root / "tools.yaml").read_text()
+    proj.write("tools.yaml", tools.replace("  echo:\n", "  echo:\n    blocking: false\n", 1))
+    rows = {t["name"]: t for t in _tools(proj)}
+    assert rows["echo"]["blocking"] is False
+    assert rows["boom"]["blocking"] is True
+    res = run_planrun("tools", cwd=proj.root)
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("echo "))
+    assert "non-blocking" in line, res.stdout

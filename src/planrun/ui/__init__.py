@@ -509,6 +509,8 @@ def print_tools(rows: list[dict[str, Any]]) -> None:
             flags.append("irreversible")
         if t["idempotent"]:
             flags.append("idempotent")
+        if not t.get("blocking", True):
+            flags.append("non-blocking")
         if t["timeout"]:
             flags.append(f"timeout {t['timeout']:g}s")
         out(f"{t['name']} ({', '.join(flags)})" + (f": {t['description']}"
