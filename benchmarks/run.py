@@ -148,6 +148,11 @@ tools:
     blocking: false     # returns at once: called on the event loop's thread
     arguments: {type: object, properties: {n: {type: integer}}, required: [n],
                 additionalProperties: false}
+  noop_threaded:
+    description: Does nothing, in a worker thread (no blocking declaration)
+    python: bench_tools:noop
+    arguments: {type: object, properties: {n: {type: integer}}, required: [n],
+                additionalProperties: false}
   emit:
     description: The list 0..n-1
     python: bench_tools:emit
@@ -487,6 +492,16 @@ def w1(project: Project, mode: Mode, res: Results) -> None:
     v = median(per_step)
     res.add("W1", f"{n:,}-step chain, in-process (ms/step)", v, "ms", "<= 0.25 ms/step",
             v <= 0.25, ratio=True)
+    # The same chain of a tool that does not declare ``blocking: false``: each call goes
+    # to a worker thread and back (what a tool costs by default).
+    plan_t = project.add("chain_w1t", chain_plan("chain_w1t", n, "noop_threaded"))
+    in_process_execute(project, project.add("chain_w1t_warm",
+                                            chain_plan("chain_w1t_warm", 10, "noop_threaded")),
+                       journal)
+    threaded = [in_process_execute(project, plan_t, journal)[0] * 1000 / n
+                for _ in range(mode.w1_reps)]
+    res.add("W1", f"{n:,}-step chain, in-process, tool in a thread (ms/step)",
+            median(threaded), "ms", ratio=True)
 
     m = mode.w1_proc_steps
     plan = project.add("chain_w1p", chain_plan("chain_w1p", m))
