@@ -78,9 +78,10 @@ VALIDATE_BUDGET = ["celpy", "lark", "rich", "asyncio", "sqlite3", "planrun.model
                    "planrun.execution", "planrun.dispatch", "planrun.journal",
                    "planrun.approval", "planrun.policy",
                    *(m for m in CLI_COMMANDS if m != "planrun.cli.plans")]
-#: execute of a plan without `when` off a terminal: no CEL, no rich, no extras' libraries.
+#: execute of a plan without `when` off a terminal: no CEL, no rich, no extras' libraries,
+#: no facets machinery for a plan that declares none.
 EXECUTE_BUDGET = ["celpy", "lark", "rich", "psycopg", "distributed", "dask", "mcp",
-                  "planrun.models", "pydantic", "pydantic_core",
+                  "planrun.models", "pydantic", "pydantic_core", "planrun.facets",
                   "planrun.report", "planrun.importing", "planrun.planners",
                   *(m for m in CLI_COMMANDS if m not in ("planrun.cli.run",
                                                          "planrun.cli.planning"))]

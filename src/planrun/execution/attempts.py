@@ -17,12 +17,11 @@ from typing import Any
 from ..canonical import digest
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
-from ..facets import of_output
 from ..loading import MAX_DEPTH, too_deep
 from ..tools import CallTimeout, StepContext, ToolFailure
 from ..validation import CheckedStep
 from .base import RunParts
-from .common import MAX_RECOVERIES, Outcome, Slots, inject_fault, internal_error
+from .common import MAX_RECOVERIES, Outcome, Slots, facets_of, inject_fault, internal_error
 
 #: How long a dispatch commit waits for other calls' outcomes while calls run (seconds).
 COMMIT_WINDOW_S = 0.0002
@@ -165,7 +164,7 @@ class Attempts(RunParts):
         output = self._secrets.conceal(output)  # a secret it echoes is stored as a reference
         # A command that succeeded but wrote on stderr: its tail is kept with the
         # step_succeeded event (planrun log) and shown with -v (issue 10, bug 7).
-        facets = None if item is not None else of_output(step.raw.get("facets"), output)
+        facets = None if item is not None else facets_of(step.raw.get("facets"), output)
         self.journal.step_finished(self.run_id, step.id, status="succeeded",
                                    key=call.context.idempotency_key, output=output, item=item,
                                    defer=True, facets=facets,

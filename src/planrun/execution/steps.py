@@ -13,7 +13,6 @@ from typing import Any
 
 from .. import redact
 from ..errors import PlanrunError
-from ..facets import of_output
 from ..graph import ancestors
 from ..journal import FINISHED
 from ..journal.store import LeaseLost
@@ -24,6 +23,7 @@ from .common import (
     BEFORE_CALL,
     IN_JOURNAL,
     Outcome,
+    facets_of,
     idempotency_key,
     inject_fault,
     internal_error,
@@ -173,7 +173,7 @@ class Steps(RunParts):
         if done:
             self.journal.step_replayed(
                 self.run_id, step.id, output, key, "idempotency key", item=item,
-                facets=None if item is not None else of_output(step.raw.get("facets"), output))
+                facets=None if item is not None else facets_of(step.raw.get("facets"), output))
             return Outcome("succeeded", output=output, replayed=True)
         return arguments, key, stored
 
@@ -204,7 +204,7 @@ class Steps(RunParts):
         stored = self.journal.step_facets(self.run_id, sid)
         if stored is not None:
             return stored.get("values", {})
-        computed = of_output(self.plan.by_id[sid].raw.get("facets"), self._output(sid))
+        computed = facets_of(self.plan.by_id[sid].raw.get("facets"), self._output(sid))
         return {} if computed is None else computed["values"]
 
     def _output(self, sid: str) -> Any:
