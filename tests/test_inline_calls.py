@@ -313,17 +313,34 @@ def test_the_first_signal_gives_a_blocking_call_the_grace_period(signum: int) ->
     with pytest.raises(Cut):
         _blocked(guard, [signum])
     assert guard.cut
-    assert guard.received == [signum]  # for the scheduler to handle afterwards
+    assert [s for s, _ in guard.received] == [signum]  # for the scheduler, afterwards
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM,
                                           signal.SIGALRM)] == before
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_stray_alarm_is_not_taken_for_the_grace_timer() -> None:
+    """A tool's own ``signal.alarm`` (SIGALRM with no timer of the guard's) cuts nothing."""
+    guard = Interruptible(60)
+    with guard:
+        os.kill(os.getpid(), signal.SIGALRM)
+        time.sleep(0.05)
+    assert not guard.cut
+    assert guard.received == []
+
+
+def test_a_sigint_after_a_sigterm_cuts_at_once() -> None:
+    guard = Interruptible(60)
+    with pytest.raises(Cut):
+        _blocked(guard, [signal.SIGTERM, signal.SIGINT])
+    assert [s for s, _ in guard.received] == [signal.SIGTERM, signal.SIGINT]
 
 
 def test_a_second_sigint_cuts_a_blocking_call_at_once() -> None:
     guard = Interruptible(60)  # not the grace period: that would outlast the 30 s call
     with pytest.raises(Cut):
         _blocked(guard, [signal.SIGINT, signal.SIGINT])
-    assert guard.received == [signal.SIGINT, signal.SIGINT]
+    assert [s for s, _ in guard.received] == [signal.SIGINT, signal.SIGINT]
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 

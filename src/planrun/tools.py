@@ -180,7 +180,10 @@ def validate_model(model: Any, arguments: dict[str, Any], secrets: Secrets | Non
             where = pointer_of(err.get("loc", ()))
             problems.append((where, str(err.get("msg", "invalid"))))
         return None, problems or [("", str(exc))]
-    except Exception as exc:  # a validator in the model raised something else
+    except BaseException as exc:  # a validator in the model raised something else
+        if isinstance(exc, KeyboardInterrupt) and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            raise  # Ctrl-C reads as KeyboardInterrupt here (validate): the person's
         return None, [("", f"the model {getattr(model, '__name__', model)!s} raised "
                        f"{_describe(exc, _secrets(secrets))}")]
 
@@ -194,7 +197,7 @@ class _Raised(Exception):
     ``concurrent.futures.CancelledError``) reads as a cancellation of the awaiting step, a
     ``TimeoutError`` as the call's own timeout, and a ``GeneratorExit`` escapes the
     awaiting coroutine. So every exception of a tool's call comes wrapped
-    (:func:`in_thread`, :func:`call_python`), and :func:`call_python` unwraps it.
+    (:func:`in_thread`, :func:`await_tool`), and :func:`call_python` unwraps it.
     """
 
     def __init__(self, raised: BaseException) -> None:
@@ -229,7 +232,7 @@ def in_thread(pool: Executor | None, fn: Callable[..., Any], *args: Any
     return asyncio.get_running_loop().run_in_executor(pool, guarded)
 
 
-async def _own(awaitable: Any) -> Any:
+async def await_tool(awaitable: Any) -> Any:
     """Await a tool's awaitable; what it raises comes wrapped in :class:`_Raised`.
 
     Not a cancellation of the awaiting task itself (planrun's: a signal, a timeout, a
@@ -321,14 +324,14 @@ async def call_python(tool: ToolSpec, arguments: dict[str, Any], ctx: StepContex
         if is_async:
             async def run_async() -> Any:
                 _CONTEXT.set(ctx)
-                return await _own(func(**kwargs))
+                return await await_tool(func(**kwargs))
 
             result = await asyncio.wait_for(asyncio.create_task(run_async()), timeout)
         else:
             result = await asyncio.wait_for(in_thread(pool, contextvars.copy_context().run,
                                                       invoke), timeout)
         if inspect.isawaitable(result):
-            result = await asyncio.wait_for(_own(result), timeout)
+            result = await asyncio.wait_for(await_tool(result), timeout)
     except TimeoutError:
         raise CallTimeout({"code": "timeout",
                            "message": f"call ran past its timeout of {timeout} s"}) from None

@@ -72,14 +72,14 @@ class Watch:
         ended: that group's leader was reaped.
         stderr: the masked tail of what a call that succeeded wrote on stderr.
         signalled: a SIGINT or SIGTERM the process took while the call held the loop's
-            thread (:mod:`planrun.dispatch.inline`), to handle as the loop would have;
-            reported before the call's end is.
+            thread (:mod:`planrun.dispatch.inline`), to handle as the loop would have,
+            with the seconds since it came; reported before the call's end is.
     """
 
     started: Callable[[Group], None] | None = None
     ended: Callable[[Group], None] | None = None
     stderr: Callable[[str], None] | None = None
-    signalled: Callable[[int], None] | None = None
+    signalled: Callable[[int, float], None] | None = None
 
 
 class Dispatcher(abc.ABC):

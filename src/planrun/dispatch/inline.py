@@ -29,6 +29,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -60,12 +61,16 @@ class Interruptible:
 
     Cutting raises :class:`Cut` where the call is (:attr:`cut` tells). A call that
     catches it and goes on gets one more grace period; then, or at the next SIGINT or
-    SIGTERM, the process ends at once, as a crash would (:meth:`_give_up`).
-    Every SIGINT and SIGTERM taken is in :attr:`received`, in order, for the scheduler to
-    handle once the call has ended (the dispatcher hands them over before it reports the
-    call's end, so the run's state knows of them first). The swap happens with the
-    signals blocked, so none is lost or taken twice; the previous handlers and wakeup fd
-    are put back, and the timer disarmed, on exit.
+    SIGTERM, the process ends at once, as a crash would (:meth:`_give_up`). A SIGALRM
+    that is not this timer's (a tool's own ``signal.alarm``) is ignored.
+
+    Every SIGINT and SIGTERM taken is in :attr:`received` with the monotonic time it
+    came, for the scheduler to handle once the call has ended (the dispatcher hands them
+    over before it reports the call's end, so the run's state knows of them first, and
+    the run's grace period counts from the signal, not from the hand-over). The swap
+    happens with the signals blocked, so none is lost or taken twice. :meth:`close` puts
+    the previous handlers and wakeup fd back and disarms the timer; it may be called
+    again (a signal may cut short its first call, at its entry).
     """
 
     _SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM), int(signal.SIGALRM))
@@ -73,35 +78,42 @@ class Interruptible:
 
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
-        #: SIGINT / SIGTERM taken during the call, in order.
-        self.received: list[int] = []
+        #: (signal number, ``time.monotonic()``) of each SIGINT / SIGTERM taken, in order.
+        self.received: list[tuple[int, float]] = []
         #: Whether :class:`Cut` was raised in the call (it ended, or should have).
         self.cut = False
         self._armed = False
         self._active = False
+        self._open = False
         self._previous: list[Any] = []
         self._wakeup = -1
 
-    def __enter__(self) -> Interruptible:
+    def open(self) -> None:
+        """Take SIGINT, SIGTERM and SIGALRM (the loop's wakeup fd set aside)."""
         blocked = _signal.pthread_sigmask(signal.SIG_BLOCK, self._MASK)
         try:
             self._previous = [_signal.signal(s, self._on_signal) for s in self._SIGNALS]
             self._wakeup = signal.set_wakeup_fd(-1)
-            self._active = True
+            self._open = self._active = True
         finally:
             _signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def __enter__(self) -> Interruptible:
+        self.open()
         return self
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if signum != signal.SIGALRM:
-            self.received.append(signum)
+        if signum == signal.SIGALRM:
+            if not self._armed:
+                return  # not our timer
+        else:
+            self.received.append((signum, time.monotonic()))
         if not self._active:
             return
         if self.cut:  # the call caught its Cut and went on: it will not end
             self._give_up()
-        if signum == signal.SIGALRM or (signum == signal.SIGINT
-                                        and self.received.count(signal.SIGINT) > 1):
-            self._cut()
+        if signum == signal.SIGALRM or (signum == signal.SIGINT and len(self.received) > 1):
+            self._cut()  # the grace ran out; or Ctrl-C after a first signal: at once
         if not self._armed:
             self._armed = True
             signal.setitimer(signal.ITIMER_REAL, max(self.grace_s, 0.001))
@@ -129,10 +141,12 @@ class Interruptible:
                       "without waiting for it: its step stays 'running' in the journal, "
                       "and `planrun resume` settles it\n")
             out.flush()
-        os._exit(130 if signal.SIGINT in self.received else 143)
+        os._exit(130 if any(s == signal.SIGINT for s, _ in self.received) else 143)
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def close(self) -> None:
+        """Put the handlers, the wakeup fd and the timer back (again: nothing)."""
+        if not self._open:
+            return
         blocked = _signal.pthread_sigmask(signal.SIG_BLOCK, self._MASK)
         try:
             self._active = False
@@ -141,24 +155,30 @@ class Interruptible:
             signal.set_wakeup_fd(self._wakeup)
             for s, previous in zip(self._SIGNALS, self._previous, strict=True):
                 _signal.signal(s, previous)
+            self._open = False
         finally:
             _signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
-
-class LoopAside:
-    """While a call runs on the loop's thread: no running event loop is set.
-
-    So a sync tool may call ``asyncio.run()`` as it may in a worker thread (asyncio
-    refuses to start a loop where one is running). Put back on exit.
-    """
-
-    def __enter__(self) -> LoopAside:
-        self._loop = asyncio.get_running_loop()
-        asyncio._set_running_loop(None)
-        return self
-
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self.close()
+
+
+class LoopAside:
+    """While a call runs on the loop's thread: no event loop, running or current.
+
+    So a sync tool may call ``asyncio.run()`` as it may in a worker thread (asyncio
+    refuses to start a loop where one is running), and ``asyncio.get_event_loop()``
+    raises as it does there, instead of giving planrun's own. Put back by :meth:`close`.
+    """
+
+    def open(self) -> None:
+        """Set the loop aside."""
+        self._loop = asyncio.get_running_loop()
+        asyncio._set_running_loop(None)
+        asyncio.set_event_loop(None)
+
+    def close(self) -> None:
+        """Give the thread its loop back (running and current)."""
         asyncio._set_running_loop(self._loop)
-        # a tool's asyncio.run() leaves the thread's current loop unset; give it back
         asyncio.set_event_loop(self._loop)

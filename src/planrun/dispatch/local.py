@@ -21,6 +21,7 @@ import inspect
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,7 +34,8 @@ from ..registry import ToolSpec
 from ..tools import (
     PARAM_ENV_PREFIX,
     CallTimeout,
-    ToolFailure,
+    _Raised,
+    await_tool,
     call_command,
     call_python,
     python_invocation,
@@ -131,36 +133,48 @@ class LocalDispatcher(Dispatcher):
         """
         invoke = python_invocation(tool, call.arguments, call.context, call.secrets)
         guard = Interruptible(self.grace_s)
-        failure: ToolFailure | None = None
+        aside = LoopAside()
+        raised: BaseException | None = None
+        cut = False
+        aside.open()
         try:
-            # the guard inside: no Cut can land while the running loop is put back
-            with LoopAside(), guard:
+            guard.open()
+            try:
                 result = contextvars.copy_context().run(invoke)
-        except Cut:
-            pass
-        except BaseException as exc:  # the tool's own failure, also SystemExit and friends
-            failure = tool_error(exc, call.secrets)
+            except BaseException as exc:  # the tool's own failure, SystemExit too; or Cut
+                raised = exc
+        except Cut:  # came between the call's end and the guard's close
+            cut = True
         finally:
-            for signum in guard.received:
-                if watch.signalled is not None:
-                    watch.signalled(signum)
-                else:
-                    signal.raise_signal(signum)
-        if guard.cut:  # whatever the call did with the Cut (caught it, wrapped it)
+            while True:  # a signal may cut short the close at its entry: close again
+                try:
+                    guard.close()
+                    break
+                except Cut:
+                    cut = True
+            aside.close()
+        now = time.monotonic()
+        for signum, at in guard.received:
+            if watch.signalled is not None:
+                watch.signalled(signum, now - at)
+            else:
+                signal.raise_signal(signum)
+        if cut or guard.cut or isinstance(raised, Cut):
+            # whatever the call did with the Cut (caught it, wrapped it): cancelled
             self._cut.add(id(call))
             # the cancel those signals asked for (a second Ctrl-C cancels what runs) is
             # taken here, where a call in a thread would have taken it
             await asyncio.sleep(0)
             raise asyncio.CancelledError
-        if failure is not None:
-            raise failure from None
+        if raised is not None:
+            raise tool_error(raised, call.secrets) from None
         if inspect.isawaitable(result):  # a sync function that returned an awaitable
             try:
-                result = await result
+                result = await await_tool(result)
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:
-                raise tool_error(exc, call.secrets) from None
+            except _Raised as exc:
+                raise tool_error(exc.raised, call.secrets) from None
         return result
 
     async def _command(self, tool: ToolSpec, call: Call, watch: Watch) -> Any:

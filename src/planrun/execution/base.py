@@ -62,7 +62,7 @@ class RunParts:
     def _stopped_for(self, step: CheckedStep) -> bool:
         raise NotImplementedError
 
-    def _on_signal(self, signum: int) -> None:
+    def _on_signal(self, signum: int, ago_s: float = 0.0) -> None:
         raise NotImplementedError
 
     def _gate(self, step: CheckedStep, stored: dict[str, Any]) -> bool:

@@ -115,12 +115,13 @@ class Gate(RunParts):
         loop = self._loop
         from ..dispatch.local import real_stdin
 
-        loop.remove_signal_handler(signal.SIGINT)  # restores KeyboardInterrupt
+        handled = loop.remove_signal_handler(signal.SIGINT)  # restores KeyboardInterrupt
         try:
             with real_stdin():  # tools run with stdin at end-of-file; the person does not
                 asked = self.approver.decide([req])
         finally:
-            loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
+            if handled:  # (not on a run driven off the main thread)
+                loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
         if not asked:
             return Decision(req.step_id, False, user_name(), "prompt", "not asked")
         if asked[0].reason == "interrupt":

@@ -19,6 +19,7 @@ import graphlib
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,12 @@ class Executor(Steps, FanOut, Attempts, Gate):
 
     # --- signals and the lease ----------------------------------------------------------
 
-    def _on_signal(self, signum: int) -> None:
+    def _on_signal(self, signum: int, ago_s: float = 0.0) -> None:
+        """SIGINT / SIGTERM: stop, give running calls the grace period, or cancel them.
+
+        ``ago_s``: seconds since the signal came, for one taken while a call held the
+        loop's thread (:mod:`planrun.dispatch.inline`): the grace period started then.
+        """
         if signum == signal.SIGINT and self._swallow_sigint:
             self._swallow_sigint = False
             return
@@ -195,7 +201,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
             self._emit("interrupt", "", running=n, grace_s=self.grace_s)
             if self._running:
                 self._grace = asyncio.get_running_loop().call_later(
-                    self.grace_s, self._cancel_running)
+                    max(0.0, self.grace_s - ago_s), self._cancel_running)
         elif signum == signal.SIGINT:
             self._emit("cancel", "", running=self._calls)
             self._cancel_running()
@@ -249,7 +255,11 @@ class Executor(Steps, FanOut, Attempts, Gate):
         self._running = {}
         self._slot_waiters = {}
         loop = self._loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # Signals reach the main thread only (and only there may handlers be set): a run
+        # driven on another thread (an embedding application's) leaves them to it.
+        signals = (signal.SIGINT, signal.SIGTERM) \
+            if threading.current_thread() is threading.main_thread() else ()
+        for signum in signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
         beat = None
         if self.owner:
@@ -274,7 +284,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
                 beat.join(timeout=2.0)  # it closes its journal connection
             if deadline is not None:
                 deadline.cancel()
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in signals:
                 loop.remove_signal_handler(signum)
             if not self.lost:
                 self.journal.flush()
