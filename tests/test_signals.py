@@ -38,6 +38,16 @@ tools:
         file: {type: string}
       required: [file]
       additionalProperties: false
+  wait_again:
+    description: Waits for a file, safe to call again
+    python: crashtools:wait
+    idempotent: true
+    arguments:
+      type: object
+      properties:
+        file: {type: string}
+      required: [file]
+      additionalProperties: false
   retried:
     description: Waits for a file; its first attempt fails, the next succeeds
     python: crashtools:fail_first
@@ -229,11 +239,39 @@ def test_a_second_sigint_cancels_at_once(proj: CliProject, kind: str) -> None:
     assert steps[step]["status"] == "indeterminate"
     assert steps[step]["error"]["code"] == "interrupted"
     assert steps["z"]["status"] == "pending"
+    # what to do next is to settle that call: resume alone would stop on it (exit 5)
+    assert m["next"] == f"planrun resolve {run_id} {step} --succeeded|--failed", m
     # Its effect is unknown and the tool is not idempotent: resume asks a person.
     r = proj.run("resume", run_id, "--json")
     assert r.returncode == 5, r
     assert r.error_code == "indeterminate"
     assert proj.counts() == {"a": 1}
+
+
+def test_a_cancelled_call_of_an_idempotent_tool_leaves_resume_next(proj: CliProject) -> None:
+    """Its effect is unknown, but its tool may be called again: resume does (SPEC §5)."""
+    proj.plan("again", """
+        planrun: 1
+        goal: A call that may be made again
+        steps:
+          - {id: a, tool: once, arguments: {label: a}}
+          - {id: w, tool: wait_again, depends_on: [a], arguments: {file: go}}
+    """)
+    p = proj.start("execute", "again", "--json")
+    proj.wait_started("w", p)
+    run_id = run_id_of(proj)
+    p.send_signal(signal.SIGINT)
+    time.sleep(SETTLE_S)
+    p.send_signal(signal.SIGINT)
+    r = proj.finish(p, timeout=GRACE_S * 0.8)
+    assert r.returncode == 130, r
+    m = proj.run("status", run_id, "--json").json
+    assert {s["id"]: s["status"] for s in m["steps"]}["w"] == "indeterminate"
+    assert m["next"] == f"planrun resume {run_id}", m
+    proj.touch("go")
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 0, r
+    assert r.json["status"] == "completed"
 
 
 # --- journals that cannot be used ----------------------------------------------------------

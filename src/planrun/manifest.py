@@ -105,7 +105,12 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         # Another live process drives it: resume would be refused (run_busy); watch it.
         nxt = f"planrun log {run_id} --follow"
     elif resumable:
-        nxt = f"planrun resume {run_id}"
+        # A call whose effect is unknown and whose tool may not be called again stops
+        # resume (exit 5, ``indeterminate``) until a person settles it: say that first.
+        unknown = [s["id"] for s in steps if s["status"] == "indeterminate"
+                   and not (run.contracts.get(s["tool"]) or {}).get("idempotent")]
+        nxt = (f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed" if unknown
+               else f"planrun resume {run_id}")
     elif status == "failed":
         unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
         nxt = (f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed" if unknown

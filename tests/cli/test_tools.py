@@ -58,3 +58,10 @@ def test_tools_says_which_tools_are_called_on_the_loop_thread(proj: Project) -> 
     assert res.returncode == 0, res.stderr
     line = next(x for x in res.stdout.splitlines() if x.startswith("echo "))
     assert "non-blocking" in line, res.stdout
+    assert "ignored" not in line, res.stdout
+    # with a timeout of its own, its calls run in threads all the same: said so
+    proj.write("tools.yaml", tools.replace("  echo:\n", "  echo:\n    blocking: false\n"
+                                           "    timeout: 5\n", 1))
+    res = run_planrun("tools", cwd=proj.root)
+    line = next(x for x in res.stdout.splitlines() if x.startswith("echo "))
+    assert "non-blocking (ignored: timeout)" in line, res.stdout

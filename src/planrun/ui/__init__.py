@@ -510,7 +510,8 @@ def print_tools(rows: list[dict[str, Any]]) -> None:
         if t["idempotent"]:
             flags.append("idempotent")
         if not t.get("blocking", True):
-            flags.append("non-blocking")
+            # a timed call runs in a thread whatever the tool says (docs: Which thread)
+            flags.append("non-blocking (ignored: timeout)" if t["timeout"] else "non-blocking")
         if t["timeout"]:
             flags.append(f"timeout {t['timeout']:g}s")
         out(f"{t['name']} ({', '.join(flags)})" + (f": {t['description']}"
