@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import time
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -272,6 +273,47 @@ def test_a_cancelled_call_of_an_idempotent_tool_leaves_resume_next(proj: CliProj
     r = proj.run("resume", run_id, "--json")
     assert r.returncode == 0, r
     assert r.json["status"] == "completed"
+
+
+def test_the_wait_for_a_person_to_resolve_is_not_working_time(proj: CliProject) -> None:
+    """An hour between the cut call and its ``resolve``: neither the step's duration nor
+    the run's counts it (decisions taken while nobody drives the run, issue 10 bug 12)."""
+    from datetime import datetime, timedelta
+
+    p = proj.start("execute", "held", "--json")
+    proj.wait_started("w", p)
+    run_id = run_id_of(proj)
+    p.send_signal(signal.SIGINT)
+    time.sleep(SETTLE_S)
+    p.send_signal(signal.SIGINT)
+    assert proj.finish(p, timeout=GRACE_S * 0.8).returncode == 130
+
+    def back(ts: str | None) -> str | None:  # everything so far: an hour ago
+        return None if ts is None else (datetime.fromisoformat(ts) - timedelta(hours=1)
+                                        ).isoformat(timespec="milliseconds")
+
+    assert isinstance(proj.journal, Path), "the test moves SQLite timestamps"
+    with closing(sqlite3.connect(proj.journal)) as conn, conn:
+        (created,) = conn.execute("SELECT created_at FROM runs WHERE run_id = ?",
+                                  (run_id,)).fetchone()
+        conn.execute("UPDATE runs SET created_at = ? WHERE run_id = ?", (back(created), run_id))
+        for sid, st, fin in conn.execute("SELECT step_id, started_at, finished_at FROM steps "
+                                         "WHERE run_id = ?", (run_id,)).fetchall():
+            conn.execute("UPDATE steps SET started_at = ?, finished_at = ? WHERE run_id = ? "
+                         "AND step_id = ?", (back(st), back(fin), run_id, sid))
+        for eid, ts in conn.execute("SELECT id, ts FROM events WHERE run_id = ?",
+                                    (run_id,)).fetchall():
+            conn.execute("UPDATE events SET ts = ? WHERE id = ?", (back(ts), eid))
+    r = proj.run("resolve", run_id, "w", "--succeeded", "--output", '{"ok": true}')
+    assert r.returncode == 0, r
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 0, r
+    m = r.json
+    assert m["status"] == "completed"
+    assert m["wall_s"] > 3600
+    assert m["duration_s"] < 600, m["duration_s"]
+    steps = {s["id"]: s for s in m["steps"]}
+    assert steps["w"]["duration_s"] < 600, steps["w"]  # it ran well under a minute
 
 
 # --- journals that cannot be used ----------------------------------------------------------

@@ -316,8 +316,9 @@ class ReadsMixin(JournalBase):
         A run that died (or was interrupted) and was resumed later was idle from its last
         journaled event to the ``run_resumed`` event; manifests leave those gaps out of
         durations (issue 10, bug 12). Decisions journaled while it waited (``planrun
-        approve`` on a run ``awaiting_approval``, or at resume's prompt) and a resume
-        refused at validation (``plan_refused``) do not end the idle time: nothing ran.
+        approve`` on a run ``awaiting_approval``, or at resume's prompt; ``planrun
+        resolve`` of a call whose effect was unknown) and a resume refused at validation
+        (``plan_refused``) do not end the idle time: nothing ran.
         """
         c = self._c()
         out: list[tuple[str, str]] = []
@@ -325,7 +326,8 @@ class ReadsMixin(JournalBase):
                                  "kind = 'run_resumed' ORDER BY id", (run_id,)).fetchall():
             before = c.execute("SELECT ts FROM events WHERE run_id = ? AND id < ? AND kind "
                                "NOT IN ('approval_required', 'approval_granted', "
-                               "'approval_denied', 'autonomy_escalated', 'plan_refused') "
+                               "'approval_denied', 'autonomy_escalated', 'plan_refused', "
+                               "'indeterminate_resolved') "
                                "ORDER BY id DESC LIMIT 1", (run_id, eid)).fetchone()
             if before is not None and before[0] < ts:
                 out.append((str(before[0]), str(ts)))

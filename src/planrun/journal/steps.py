@@ -265,8 +265,10 @@ class StepsMixin(JournalBase):
                                code="not_indeterminate")
             extra, more = ("", ()) if item is not None or facets is None else (
                 ", facets_json = ?", (dumps(facets),))
+            # a call that ended (cancelled, cut short) keeps its end: the person's word
+            # settles its outcome, not its time; one a crash left running ends now
             c.execute(f"UPDATE {table} SET status = ?, output_json = ?, error_json = ?, "
-                      f"finished_at = ?{extra} WHERE {where}",
+                      f"finished_at = COALESCE(finished_at, ?){extra} WHERE {where}",
                       (status, dumps(output) if succeeded else None,
                        None if error is None else dumps(error), ts, *more, *args))
             key = row[1]
