@@ -249,6 +249,39 @@ def test_a_second_sigint_cancels_at_once(proj: CliProject, kind: str) -> None:
     assert proj.counts() == {"a": 1}
 
 
+def test_next_names_the_item_or_the_crashed_call_resume_would_stop_on(
+        proj: CliProject) -> None:
+    """A cancelled fan-out item, and a call a SIGKILL cut short: neither tool may be
+    called again, so ``next`` is the resolve that resume's own refusal asks for."""
+    proj.plan("fan", """
+        planrun: 1
+        goal: Items one at a time
+        steps:
+          - {id: f, tool: each, for_each: [a, b], max_parallel: 1,
+             arguments: {file: never, value: "{item}"}}
+    """)
+    p = proj.start("execute", "fan", "--json")
+    proj.wait_started("f#0", p)
+    run_id = run_id_of(proj)
+    p.send_signal(signal.SIGINT)
+    time.sleep(SETTLE_S)
+    p.send_signal(signal.SIGINT)
+    assert proj.finish(p, timeout=GRACE_S * 0.8).returncode == 130
+    m = proj.run("status", run_id, "--json").json
+    assert m["next"] == f"planrun resolve {run_id} f --item 0 --succeeded|--failed", m
+    refused = proj.run("resume", run_id, "--json")
+    assert refused.returncode == 5, refused
+    assert "--item 0" in refused.stderr, refused
+
+    p = proj.start("execute", "held", "--json")
+    proj.wait_started("w", p)
+    crashed = next(r for r in proj.probe().run_ids() if r != run_id)
+    proj.kill_group(p)
+    p.wait()
+    m = proj.run("status", crashed, "--json").json
+    assert m["next"] == f"planrun resolve {crashed} w --succeeded|--failed", m
+
+
 def test_a_cancelled_call_of_an_idempotent_tool_leaves_resume_next(proj: CliProject) -> None:
     """Its effect is unknown, but its tool may be called again: resume does (SPEC §5)."""
     proj.plan("again", """

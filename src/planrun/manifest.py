@@ -39,6 +39,28 @@ def _driven(run: RunRecord) -> bool:
     return lease.driven()
 
 
+def _blocked(journal: Journal, run_id: str, contracts: dict[str, Any],
+             steps: list[dict[str, Any]]) -> str | None:
+    """``STEP`` or ``STEP --item N``: the first call resume would stop on, or None.
+
+    A call whose effect is unknown (``indeterminate``, or ``running`` in a run nobody
+    drives: a crash cut it short) and whose tool may not be called again (not
+    ``idempotent``) stops resume (exit 5, ``indeterminate``) until a person settles it
+    (SPEC §5): that, not resume, is the run's next step. Resume's own rule
+    (``planrun.lifecycle.analyse``), on the journaled contracts.
+    """
+    for s in steps:
+        if s["status"] not in ("running", "indeterminate") or \
+                (contracts.get(s["tool"]) or {}).get("idempotent"):
+            continue
+        if "items" not in s:
+            return str(s["id"])
+        for item in journal.items(run_id, s["id"]):
+            if item.status in ("running", "indeterminate"):
+                return f"{s['id']} --item {item.index}"
+    return None
+
+
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
     """The manifest object of one run (keys of SPEC §5).
 
@@ -105,11 +127,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         # Another live process drives it: resume would be refused (run_busy); watch it.
         nxt = f"planrun log {run_id} --follow"
     elif resumable:
-        # A call whose effect is unknown and whose tool may not be called again stops
-        # resume (exit 5, ``indeterminate``) until a person settles it: say that first.
-        unknown = [s["id"] for s in steps if s["status"] == "indeterminate"
-                   and not (run.contracts.get(s["tool"]) or {}).get("idempotent")]
-        nxt = (f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed" if unknown
+        blocked = _blocked(journal, run_id, run.contracts, steps)
+        nxt = (f"planrun resolve {run_id} {blocked} --succeeded|--failed" if blocked
                else f"planrun resume {run_id}")
     elif status == "failed":
         unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
