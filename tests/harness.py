@@ -135,3 +135,30 @@ class Result:
     def __str__(self) -> str:
         return (f"$ {' '.join(self.argv)}\nexit {self.returncode}\n--- stdout\n"
                 f"{self.stdout}\n--- stderr\n{self.stderr}")
+
+
+def move_run_back(journal: Path, run_id: str, hours: float = 1) -> None:
+    """Move every timestamp of a run (SQLite journal) ``hours`` into the past.
+
+    As if what happened so far happened that long ago: the run died, or waited for a
+    person, for that long before what the test does next.
+    """
+    import sqlite3
+    from contextlib import closing
+    from datetime import datetime, timedelta
+
+    def back(ts: str | None) -> str | None:
+        return None if ts is None else (datetime.fromisoformat(ts) - timedelta(hours=hours)
+                                        ).isoformat(timespec="milliseconds")
+
+    with closing(sqlite3.connect(journal)) as conn, conn:
+        (created,) = conn.execute("SELECT created_at FROM runs WHERE run_id = ?",
+                                  (run_id,)).fetchone()
+        conn.execute("UPDATE runs SET created_at = ? WHERE run_id = ?", (back(created), run_id))
+        for sid, st, fin in conn.execute("SELECT step_id, started_at, finished_at FROM steps "
+                                         "WHERE run_id = ?", (run_id,)).fetchall():
+            conn.execute("UPDATE steps SET started_at = ?, finished_at = ? WHERE run_id = ? "
+                         "AND step_id = ?", (back(st), back(fin), run_id, sid))
+        for eid, ts in conn.execute("SELECT id, ts FROM events WHERE run_id = ?",
+                                    (run_id,)).fetchall():
+            conn.execute("UPDATE events SET ts = ? WHERE id = ?", (back(ts), eid))

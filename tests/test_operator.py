@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness import run_planrun
+from harness import move_run_back, run_planrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -793,27 +793,12 @@ def test_changed_plan_note_from_any_folder_and_in_explain(tmp_path: Path) -> Non
 def test_durations_after_resume_are_working_time(tmp_path: Path) -> None:
     import sqlite3
     from contextlib import closing
-    from datetime import datetime, timedelta
 
     app = ops_project(tmp_path / "app")
     run_id = _killed_waiting_run(app, tmp_path)
     journal = Path(os.environ["PLANRUN_JOURNAL"])
 
-    def back(ts: str | None) -> str | None:  # one hour earlier: the run died an hour ago
-        return None if ts is None else (datetime.fromisoformat(ts) - timedelta(hours=1)
-                                        ).isoformat(timespec="milliseconds")
-
-    with closing(sqlite3.connect(journal)) as conn, conn:
-        (created,) = conn.execute("SELECT created_at FROM runs WHERE run_id = ?",
-                                  (run_id,)).fetchone()
-        conn.execute("UPDATE runs SET created_at = ? WHERE run_id = ?", (back(created), run_id))
-        for sid, st, fin in conn.execute("SELECT step_id, started_at, finished_at FROM steps "
-                                         "WHERE run_id = ?", (run_id,)).fetchall():
-            conn.execute("UPDATE steps SET started_at = ?, finished_at = ? WHERE run_id = ? "
-                         "AND step_id = ?", (back(st), back(fin), run_id, sid))
-        for eid, ts in conn.execute("SELECT id, ts FROM events WHERE run_id = ?",
-                                    (run_id,)).fetchall():
-            conn.execute("UPDATE events SET ts = ? WHERE id = ?", (back(ts), eid))
+    move_run_back(journal, run_id)  # the run died an hour ago
     # a resume refused at validation (its plan_refused event) ran nothing: the hour before
     # it is idle time too
     tools = app / "tools.yaml"

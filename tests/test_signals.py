@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import move_run_back
 from planrun.executor import GRACE_S
 from planrun_cli import CliProject, wait_dead
 
@@ -249,6 +250,19 @@ def test_a_second_sigint_cancels_at_once(proj: CliProject, kind: str) -> None:
     assert proj.counts() == {"a": 1}
 
 
+def _cancel_twice(proj: CliProject, plan: str, effect: str) -> str:
+    """Start ``plan``, Ctrl-C twice once ``effect`` runs (exit 130); the run's id."""
+    p = proj.start("execute", plan, "--json")
+    proj.wait_started(effect, p)
+    run_id = run_id_of(proj)
+    p.send_signal(signal.SIGINT)
+    time.sleep(SETTLE_S)
+    p.send_signal(signal.SIGINT)
+    r = proj.finish(p, timeout=GRACE_S * 0.8)  # not the grace period: at once
+    assert r.returncode == 130, r
+    return run_id
+
+
 def test_next_names_the_item_or_the_crashed_call_resume_would_stop_on(
         proj: CliProject) -> None:
     """A cancelled fan-out item, and a call a SIGKILL cut short: neither tool may be
@@ -260,13 +274,7 @@ def test_next_names_the_item_or_the_crashed_call_resume_would_stop_on(
           - {id: f, tool: each, for_each: [a, b], max_parallel: 1,
              arguments: {file: never, value: "{item}"}}
     """)
-    p = proj.start("execute", "fan", "--json")
-    proj.wait_started("f#0", p)
-    run_id = run_id_of(proj)
-    p.send_signal(signal.SIGINT)
-    time.sleep(SETTLE_S)
-    p.send_signal(signal.SIGINT)
-    assert proj.finish(p, timeout=GRACE_S * 0.8).returncode == 130
+    run_id = _cancel_twice(proj, "fan", "f#0")
     m = proj.run("status", run_id, "--json").json
     assert m["next"] == f"planrun resolve {run_id} f --item 0 --succeeded|--failed", m
     refused = proj.run("resume", run_id, "--json")
@@ -291,14 +299,7 @@ def test_a_cancelled_call_of_an_idempotent_tool_leaves_resume_next(proj: CliProj
           - {id: a, tool: once, arguments: {label: a}}
           - {id: w, tool: wait_again, depends_on: [a], arguments: {file: go}}
     """)
-    p = proj.start("execute", "again", "--json")
-    proj.wait_started("w", p)
-    run_id = run_id_of(proj)
-    p.send_signal(signal.SIGINT)
-    time.sleep(SETTLE_S)
-    p.send_signal(signal.SIGINT)
-    r = proj.finish(p, timeout=GRACE_S * 0.8)
-    assert r.returncode == 130, r
+    run_id = _cancel_twice(proj, "again", "w")
     m = proj.run("status", run_id, "--json").json
     assert {s["id"]: s["status"] for s in m["steps"]}["w"] == "indeterminate"
     assert m["next"] == f"planrun resume {run_id}", m
@@ -311,32 +312,9 @@ def test_a_cancelled_call_of_an_idempotent_tool_leaves_resume_next(proj: CliProj
 def test_the_wait_for_a_person_to_resolve_is_not_working_time(proj: CliProject) -> None:
     """An hour between the cut call and its ``resolve``: neither the step's duration nor
     the run's counts it (decisions taken while nobody drives the run, issue 10 bug 12)."""
-    from datetime import datetime, timedelta
-
-    p = proj.start("execute", "held", "--json")
-    proj.wait_started("w", p)
-    run_id = run_id_of(proj)
-    p.send_signal(signal.SIGINT)
-    time.sleep(SETTLE_S)
-    p.send_signal(signal.SIGINT)
-    assert proj.finish(p, timeout=GRACE_S * 0.8).returncode == 130
-
-    def back(ts: str | None) -> str | None:  # everything so far: an hour ago
-        return None if ts is None else (datetime.fromisoformat(ts) - timedelta(hours=1)
-                                        ).isoformat(timespec="milliseconds")
-
+    run_id = _cancel_twice(proj, "held", "w")
     assert isinstance(proj.journal, Path), "the test moves SQLite timestamps"
-    with closing(sqlite3.connect(proj.journal)) as conn, conn:
-        (created,) = conn.execute("SELECT created_at FROM runs WHERE run_id = ?",
-                                  (run_id,)).fetchone()
-        conn.execute("UPDATE runs SET created_at = ? WHERE run_id = ?", (back(created), run_id))
-        for sid, st, fin in conn.execute("SELECT step_id, started_at, finished_at FROM steps "
-                                         "WHERE run_id = ?", (run_id,)).fetchall():
-            conn.execute("UPDATE steps SET started_at = ?, finished_at = ? WHERE run_id = ? "
-                         "AND step_id = ?", (back(st), back(fin), run_id, sid))
-        for eid, ts in conn.execute("SELECT id, ts FROM events WHERE run_id = ?",
-                                    (run_id,)).fetchall():
-            conn.execute("UPDATE events SET ts = ? WHERE id = ?", (back(ts), eid))
+    move_run_back(proj.journal, run_id)  # the person took an hour to decide
     r = proj.run("resolve", run_id, "w", "--succeeded", "--output", '{"ok": true}')
     assert r.returncode == 0, r
     r = proj.run("resume", run_id, "--json")

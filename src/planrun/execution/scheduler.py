@@ -19,12 +19,12 @@ import graphlib
 import os
 import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..dispatch.base import Dispatcher
+from ..dispatch.inline import on_main_thread
 from ..errors import EXIT_SIGINT, EXIT_SIGTERM, PlanrunError
 from ..graph import ReadyQueue
 from ..journal import Journal
@@ -257,8 +257,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
         loop = self._loop = asyncio.get_running_loop()
         # Signals reach the main thread only (and only there may handlers be set): a run
         # driven on another thread (an embedding application's) leaves them to it.
-        signals = (signal.SIGINT, signal.SIGTERM) \
-            if threading.current_thread() is threading.main_thread() else ()
+        signals = (signal.SIGINT, signal.SIGTERM) if on_main_thread() else ()
         for signum in signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
         beat = None
