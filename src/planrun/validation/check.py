@@ -144,7 +144,7 @@ def _check_head(data: dict[str, Any], out: Collector) -> HeadData | None:
 def _check_step(scope: Scope, params: ParamValues, marks: bool, i: int,
                 raw: dict[str, Any], model: StepData) -> CheckedStep | None:
     """References, substitution, tool, arguments and policy of one well-shaped step."""
-    out, base, sid, fe = scope.out, pointer("steps", i), model.id, model.for_each
+    out, base, sid, fe = scope.out, f"/steps/{i}", model.id, model.for_each
     check_step_references(scope, base, raw, model)
     problems: list[Problem] = []
     arguments = substitute(model.arguments, params.values, f"{base}/arguments", problems)

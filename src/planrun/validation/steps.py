@@ -28,7 +28,7 @@ def check_steps(raw_steps: list[Any], limits: PlanLimits,
     steps: list[ShapedStep] = []
     ids: dict[str, int] = {}
     for i, raw in enumerate(raw_steps):
-        base = pointer("steps", i)
+        base = f"/steps/{i}"  # pointer("steps", i): an index needs no escaping
         if not isinstance(raw, dict):
             out.add("schema", f"step {i} must be a mapping", path=base)
             continue
@@ -113,14 +113,13 @@ def check_dependencies(steps: list[ShapedStep], ids: dict[str, int],
     for i, _raw, model in steps:
         mine: list[str] = []
         for j, dep in enumerate(model.depends_on):
-            where = f"{pointer('steps', i)}/depends_on/{j}"
             if dep == model.id:
                 out.add("dependency", f"step {model.id!r} depends on itself", step=model.id,
-                        path=where)
+                        path=f"/steps/{i}/depends_on/{j}")
             elif dep not in ids:
                 out.add("dependency", f"step {model.id!r} depends on {dep!r}, which is not a "
                         f"step of this plan.{did_you_mean(dep, ids)}", step=model.id,
-                        path=where)
+                        path=f"/steps/{i}/depends_on/{j}")
             elif dep not in mine:
                 mine.append(dep)
         deps.setdefault(model.id, mine)
