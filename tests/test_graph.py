@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -165,3 +166,64 @@ def test_is_ancestor_is_strict_and_tolerates_unknown_ids() -> None:
 def test_is_ancestor_terminates_on_cycles(deps: dict[str, list[str]]) -> None:
     assert is_ancestor("a", "b", deps)
     assert not is_ancestor("zz", "a", deps)
+
+
+# --- the checked plan hands validation's prepared graph to one run ----------------------
+
+
+def _checked_plan(basic_project: Any) -> Any:
+    report, plan = basic_project.check("""
+        planrun: 1
+        goal: a diamond
+        steps:
+          - {id: d, tool: echo, depends_on: [b, c], arguments: {value: d}}
+          - {id: c, tool: echo, depends_on: [a], arguments: {value: c}}
+          - {id: b, tool: echo, depends_on: [a], arguments: {value: b}}
+          - {id: a, tool: echo, arguments: {value: a}}
+        """)
+    assert report.ok, report.issues
+    assert plan is not None
+    return plan
+
+
+def _walk(sorter: Any) -> list[str]:
+    out: list[str] = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
+        out.extend(ready)
+        sorter.done(*ready)
+    return out
+
+
+def test_validation_hands_its_prepared_graph_to_the_first_run_only(basic_project: Any
+                                                                   ) -> None:
+    plan = _checked_plan(basic_project)
+    first = plan.take_sorter()
+    assert _walk(first) == ["a", "b", "c", "d"]
+    # the first was used up: a second run gets a new sorter over the same graph, prepared
+    second = plan.take_sorter()
+    assert second is not first
+    assert _walk(second) == ["a", "b", "c", "d"]
+    assert plan.take_sorter() is not second
+
+
+def test_a_copied_plan_does_not_share_the_graph_of_its_original(basic_project: Any) -> None:
+    import dataclasses
+
+    plan = _checked_plan(basic_project)
+    copy = dataclasses.replace(plan)
+    assert _walk(copy.take_sorter()) == ["a", "b", "c", "d"]
+    assert _walk(plan.take_sorter()) == ["a", "b", "c", "d"]
+
+
+def test_a_plan_with_a_cycle_gets_no_graph_from_prepared_graph() -> None:
+    from planrun.graph import prepared_graph
+
+    sorter, cycle = prepared_graph({"a": ["b"], "b": ["a"]})
+    assert sorter is None
+    assert cycle is not None
+    assert cycle[0] == cycle[-1]
+    sorter, cycle = prepared_graph({"a": [], "b": ["a"]})
+    assert cycle is None
+    assert sorter is not None
+    assert _walk(sorter) == ["a", "b"]

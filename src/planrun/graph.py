@@ -16,15 +16,27 @@ def find_cycle(deps: Mapping[str, Iterable[str]]) -> list[str] | None:
 
     ``deps`` maps each step id to the ids it depends on (only existing ids).
     """
+    return prepared_graph(deps)[1]
+
+
+def prepared_graph(deps: Mapping[str, Iterable[str]]
+                   ) -> tuple[graphlib.TopologicalSorter[str] | None, list[str] | None]:
+    """The graph's prepared :class:`graphlib.TopologicalSorter`, or the cycle that stops it.
+
+    Returns ``(sorter, None)`` when the graph is acyclic, else ``(None, cycle)`` with the
+    cycle as :func:`find_cycle` gives it. Building and preparing the sorter is the whole
+    cost of finding a cycle (linear in steps and edges), and the run's scheduler needs
+    exactly that sorter: validation hands it on
+    (:meth:`planrun.validation.CheckedPlan.take_sorter`).
+    """
     sorter = graphlib.TopologicalSorter({k: list(v) for k, v in deps.items()})
     try:
         sorter.prepare()
     except graphlib.CycleError as exc:
-        cycle = list(exc.args[1])
         # graphlib lists the path against the edges (node, its dependency, ...);
         # we name it in waiting order: "a -> b" reads "a waits on b".
-        return cycle
-    return None
+        return None, list(exc.args[1])
+    return sorter, None
 
 
 def run_order(order: Sequence[str], deps: Mapping[str, Iterable[str]]) -> list[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import graphlib
 import os
 import signal
 import sys
@@ -302,8 +301,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
             Exception: a bug while dispatching (:func:`~.common.inject_fault` ``schedule``);
                 :meth:`_main` cancels the calls under way.
         """
-        self._sorter = graphlib.TopologicalSorter(self.plan.deps)
-        self._sorter.prepare()
+        self._sorter = self.plan.take_sorter()
         self._ready = ReadyQueue(self._positions())
         self._ended = self._loop.create_future()
         self._dispatch()

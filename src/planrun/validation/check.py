@@ -69,7 +69,7 @@ def _check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
     _check_size(raw_steps, settings, out)
     params = check_params(data.get("params"), given, concrete, out)
     steps, ids = check_steps(raw_steps, settings, out)
-    deps, cycle = check_dependencies(steps, ids, out)
+    deps, cycle, sorter = check_dependencies(steps, ids, out)
     scope = Scope(out=out, ids=ids, deps=deps, acyclic=cycle is None, registry=registry,
                   steps=steps, declared=params.declared)
     # the source text tells at once whether any string could hold a marker character
@@ -90,6 +90,8 @@ def _check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
         secret_params=params.secrets,
         steps=checked, deps={s.id: s.depends_on for s in checked},
         max_parallel=head.max_parallel, timeout=head.timeout, policy=registry.policy)
+    if sorter is not None and len(checked) == len(raw_steps):
+        plan.give_sorter(sorter)  # every step is in it: the graph the run will walk
     report.plan["digest"] = plan.digest
     return report, plan
 

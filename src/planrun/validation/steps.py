@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import graphlib
 from typing import Any
 
 from .. import graph
@@ -101,13 +102,15 @@ def _check_facet_paths(raw: Any, sid: str | None, base: str, out: Collector) -> 
                         step=sid, path=where)
 
 
-def check_dependencies(steps: list[ShapedStep], ids: dict[str, int],
-                       out: Collector) -> tuple[dict[str, list[str]], list[str] | None]:
+def check_dependencies(steps: list[ShapedStep], ids: dict[str, int], out: Collector
+                       ) -> tuple[dict[str, list[str]], list[str] | None,
+                                  graphlib.TopologicalSorter[str] | None]:
     """Check each ``depends_on`` entry, then look for a cycle.
 
     Returns:
-        Step id → the ids it depends on (unknown ones and repeats dropped), and a cycle
-        (as :func:`planrun.graph.find_cycle` gives it) or None.
+        Step id → the ids it depends on (unknown ones and repeats dropped), a cycle (as
+        :func:`planrun.graph.find_cycle` gives it) or None, and the graph's prepared
+        sorter when there is no cycle (:func:`planrun.graph.prepared_graph`).
     """
     deps: dict[str, list[str]] = {}
     for i, _raw, model in steps:
@@ -123,11 +126,11 @@ def check_dependencies(steps: list[ShapedStep], ids: dict[str, int],
             elif dep not in mine:
                 mine.append(dep)
         deps.setdefault(model.id, mine)
-    cycle = graph.find_cycle(deps)
+    sorter, cycle = graph.prepared_graph(deps)
     if cycle is not None:
         loop = list(reversed(cycle))
         first = loop[0]
         out.add("cycle", f"steps wait on each other: {' -> '.join(loop)} (each waits on the "
                 "next); break the loop", step=first,
                 path=f"{pointer('steps', ids[first])}/depends_on")
-    return deps, cycle
+    return deps, cycle, sorter
