@@ -737,3 +737,27 @@ def test_max_parallel_bounds_concurrency(xproject: Project) -> None:
     assert errors
     assert all("BrokenBarrierError" in e for e in errors)
     assert calls(xproject) == []
+
+
+def test_resume_parses_a_replayed_output_only_when_a_step_reads_it(xproject: Project) -> None:
+    """analyse (resume, retry) leaves replayed outputs in their journaled text until read."""
+    from planrun.execution.common import Later
+    from planrun.lifecycle import analyse
+
+    plan(xproject, "chain", """
+  - {id: a, tool: produce, arguments: {name: a, value: {n: 1}}}
+  - {id: b, tool: mark, depends_on: [a], arguments: {name: b, value: "{steps.a.output}"}}
+""")
+    m = execute_plan(xproject, "chain")
+    assert m["status"] == "completed"
+    with Journal(xproject.settings().journal, write=False) as j:
+        rows = j.steps(m["run_id"])
+    found = analyse(rows, None, {})
+    assert found.replay == ["a", "b"]
+    held = found.state["a"].output
+    assert isinstance(held, Later)
+    assert "output" not in vars(held.record)  # not parsed yet
+    from planrun import api
+
+    assert held.load() == api.output(xproject.settings(), m["run_id"], "a")
+    assert "output" in vars(held.record)

@@ -21,7 +21,7 @@ from . import clearance, redact, runner
 from .approval import cleared_before, request_for
 from .checking import check_approve, file_sha256, load_registry, no_gc
 from .errors import ApprovalError, Refused, RunError, UsageError
-from .executor import StepState
+from .executor import Later, StepState
 from .issues import PlanReport, Report
 from .journal import ItemRecord, Journal, RunRecord, StepRecord
 from .journal.store import lease_owner
@@ -177,7 +177,8 @@ class Analysis:
 
 def analyse(rows: list[StepRecord], plan: CheckedPlan | None,
             contracts: dict[str, Any],
-            items: dict[str, list[ItemRecord]] | None = None) -> Analysis:
+            items: dict[str, list[ItemRecord]] | None = None, *,
+            explain: bool = True) -> Analysis:
     """Decide, per journaled step (and fan-out item), what resume does; changes nothing.
 
     Args:
@@ -185,12 +186,13 @@ def analyse(rows: list[StepRecord], plan: CheckedPlan | None,
         plan: the revalidated plan (its registry decides ``idempotent``), or None.
         contracts: the journaled contracts (used when ``plan`` is None).
         items: fan-out item rows per step id, for steps that had started fanning out.
+        explain: also say why, step by step (``Analysis.explain``; else it is empty).
     """
     state: dict[str, StepState] = {}
     replay: list[str] = []
     rerun: list[str] = []
     blocked: list[tuple[str, int | None]] = []
-    explain: list[dict[str, Any]] = []
+    why_each: list[dict[str, Any]] = []
     for r in rows:
         sid, st = r.step_id, r.status
         tool = plan.by_id[sid].tool if plan and sid in plan.by_id else None
@@ -212,17 +214,18 @@ def analyse(rows: list[StepRecord], plan: CheckedPlan | None,
                 again = f", item(s) {unknown} again (idempotent)" if unknown else ""
                 action, why = "run", (f"fan-out: {done} of {len(its)} items succeeded and "
                                       f"are replayed; the rest run{again}")
-            explain.append({"step": sid, "tool": r.tool, "status": st, "action": action,
-                            "why": why})
+            if explain:
+                why_each.append({"step": sid, "tool": r.tool, "status": st,
+                                 "action": action, "why": why})
             continue
         if st == "succeeded":
-            state[sid] = StepState("succeeded", r.output)
+            state[sid] = StepState("succeeded", Later(r))
             replay.append(sid)
             action, why = "replay", f"succeeded at {r.finished_at}"
         elif st == "partial":
             # finished (issue 17): its output is replayed, its failed items are not run
             # again by resume (planrun retry runs them)
-            state[sid] = StepState("partial", r.output)
+            state[sid] = StepState("partial", Later(r))
             replay.append(sid)
             action, why = "replay", (f"partial at {r.finished_at}: its items that "
                                      "succeeded are replayed, failed items are not run "
@@ -252,9 +255,10 @@ def analyse(rows: list[StepRecord], plan: CheckedPlan | None,
             state[sid] = StepState(st, reason=r.skip_reason)
             action = "keep"
             why = st if st != "skipped" else f"skipped ({r.skip_reason})"
-        explain.append({"step": sid, "tool": r.tool, "status": st, "action": action,
-                        "why": why})
-    return Analysis(state, replay, rerun, blocked, explain)
+        if explain:
+            why_each.append({"step": sid, "tool": r.tool, "status": st, "action": action,
+                             "why": why})
+    return Analysis(state, replay, rerun, blocked, why_each)
 
 
 def _max_recoveries(plan: CheckedPlan | None, sid: str) -> int:
@@ -353,7 +357,8 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
             if approve:
                 check_approve(approve, plan)
             rows = journal.steps(run_id)
-            found = analyse(rows, plan, row.contracts, _items(journal, run_id, rows))
+            found = analyse(rows, plan, row.contracts, _items(journal, run_id, rows),
+                            explain=False)
             if found.blocked:
                 journal.mark_indeterminate(run_id, found.blocked,
                                            "running when the run died; effect unknown")

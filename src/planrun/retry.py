@@ -15,7 +15,7 @@ from . import clearance, runner
 from .approval import cleared_before, request_for
 from .checking import check_approve
 from .errors import RunError, UsageError
-from .executor import StepState
+from .executor import Later, StepState
 from .journal import Journal, RunRecord, StepRecord
 from .journal.store import lease_owner, new_run_id
 from .lifecycle import _indeterminate_error, _replan, changed_plan_note
@@ -165,7 +165,7 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
     """
     parent_id = row.run_id
     journal.copy_succeeded(parent_id, child, inherited)
-    state = {sid: StepState("succeeded", r.output)
+    state = {sid: StepState("succeeded", Later(r))
              for r in parent_rows if (sid := r.step_id) in inherited}
     to_run = set(plan.by_id) - set(inherited)
     requests = [request_for(s) for s in plan.steps

@@ -22,6 +22,7 @@ from .base import RunParts
 from .common import (
     BEFORE_CALL,
     IN_JOURNAL,
+    Later,
     Outcome,
     facets_of,
     idempotency_key,
@@ -212,6 +213,8 @@ class Steps(RunParts):
         if st.output is IN_JOURNAL:
             found = self.journal.step_output(self.run_id, sid)
             st.output = found[1] if found else None
+        elif type(st.output) is Later:
+            st.output = st.output.load()
         return st.output
 
     def _blocked(self, step: CheckedStep) -> tuple[str, str] | None:

@@ -21,7 +21,7 @@ from .records import (
     key_record,
     named,
     run_record,
-    step_record,
+    step_records,
 )
 
 
@@ -86,8 +86,7 @@ class ReadsMixin(JournalBase):
         """The run's steps as records, in plan order."""
         cur = self._c().execute("SELECT * FROM steps WHERE run_id = ? ORDER BY position",
                                 (run_id,))
-        names = [d[0] for d in cur.description]
-        return [step_record(named(names, r)) for r in cur.fetchall()]
+        return step_records([d[0] for d in cur.description], cur.fetchall())
 
     @_reads
     def items(self, run_id: str, step_id: str) -> list[ItemRecord]:

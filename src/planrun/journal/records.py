@@ -11,7 +11,7 @@ import functools
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,18 +303,34 @@ class StepRecord:
         return _loads(self._output_text)
 
 
-def step_record(row: dict[str, Any]) -> StepRecord:
-    """A ``steps`` row as a record."""
-    out = row["output_json"]
-    return StepRecord(
-        run_id=row["run_id"], step_id=row["step_id"], position=row["position"],
-        tool=row["tool"], status=row["status"], attempts=row["attempts"],
-        recoveries=row.get("recoveries") or 0, idempotency_key=row["idempotency_key"],
-        error=_loads(row["error_json"]), skip_reason=row["skip_reason"],
-        started_at=row["started_at"], finished_at=row["finished_at"],
-        replayed=bool(row["replayed"]), approved_by=row["approved_by"],
-        output_bytes=len(out.encode()) if out else 0,
-        facets=_loads(row.get("facets_json")), _output_text=out)
+def step_records(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[StepRecord]:
+    """``steps`` rows (columns ``names``, as ``SELECT *`` gives them) as records.
+
+    Columns added by later schema versions (``recoveries``, ``facets_json``) may be missing
+    in a journal opened read-only before its migration: they read as 0 and None. The
+    columns are looked up once, not per row (a 10,000-step run's resume reads them all).
+    """
+    at = {name: i for i, name in enumerate(names)}
+    (run_i, step_i, pos_i, tool_i, status_i, attempts_i, key_i, err_i, skip_i, start_i,
+     finish_i, replayed_i, approved_i, out_i) = (at[c] for c in (
+        "run_id", "step_id", "position", "tool", "status", "attempts", "idempotency_key",
+        "error_json", "skip_reason", "started_at", "finished_at", "replayed", "approved_by",
+        "output_json"))
+    rec_i, facets_i = at.get("recoveries"), at.get("facets_json")
+    out = []
+    for row in rows:
+        text = row[out_i]
+        out.append(StepRecord(
+            run_id=row[run_i], step_id=row[step_i], position=row[pos_i], tool=row[tool_i],
+            status=row[status_i], attempts=row[attempts_i],
+            recoveries=(row[rec_i] or 0) if rec_i is not None else 0,
+            idempotency_key=row[key_i], error=_loads(row[err_i]), skip_reason=row[skip_i],
+            started_at=row[start_i], finished_at=row[finish_i],
+            replayed=bool(row[replayed_i]), approved_by=row[approved_i],
+            output_bytes=len(text.encode()) if text else 0,
+            facets=_loads(row[facets_i]) if facets_i is not None else None,
+            _output_text=text))
+    return out
 
 
 @dataclass(frozen=True)
