@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planrun import loading
+from planrun import loading, yamltext
 from planrun.loading import (
     MAX_DEPTH,
     Document,
@@ -229,7 +229,7 @@ def test_alias_bomb_refused_as_too_large_without_expanding_it(
     def never(*_args: Any) -> Any:
         raise AssertionError("the document was constructed (expanded) before being refused")
 
-    monkeypatch.setattr(loading, "_construct", never)
+    monkeypatch.setattr(yamltext, "_construct", never)
     issues = refused(BOMB)
     assert [i.code for i in issues] == ["too_large"]
     assert issues[0].line == 1

@@ -194,6 +194,24 @@ def test_resume_after_a_kill_loads_no_jsonschema(project: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "3/3 succeeded" in proc.stdout + proc.stderr
     assert over_budget(modules, CONTRACT_LIBRARIES) == []
+    # the registry's data was kept when execute parsed it (planrun.parse_cache): no PyYAML
+    assert over_budget(modules, ["yaml", "planrun.yamltext"]) == []
+
+
+def test_an_unchanged_yaml_plan_and_registry_are_not_parsed_again(project: Path) -> None:
+    """The second process reads the kept data of both texts; an edited text is parsed."""
+    assert "yaml" in modules_of(project, "validate", "chain")  # the first parses
+    assert over_budget(modules_of(project, "validate", "chain"), ["yaml"]) == []
+    assert over_budget(modules_of(project, "execute", "chain"), ["yaml"]) == []
+    (project / "plans" / "chain.yaml").write_text(CHAIN.replace("{n: 3}", "{n: 4}"))
+    assert "yaml" in modules_of(project, "validate", "chain")
+    assert over_budget(modules_of(project, "validate", "chain"), ["yaml"]) == []
+    # a plan with a problem is parsed (kept data), then composed to locate the problem
+    (project / "plans" / "chain.yaml").write_text(CHAIN.replace("{n: 3}", "{n: '3'}"))
+    for _ in range(2):
+        proc, _modules = loaded(project, "validate", "chain")
+        assert proc.returncode == 3, proc.stderr
+        assert "chain.yaml:6:" in proc.stdout, proc.stdout
 
 
 def conversions(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:

@@ -142,7 +142,7 @@ def _check(settings: Settings, name: str, registry: Any, given: ParamInput | Non
         return Loaded(PlanReport(file=exc.issue.file, issues=[exc.issue]), None)
     shown = _shown(path, settings)
     try:
-        doc = load_file(path, display=shown)
+        doc = load_file(path, display=shown, keep=True)
     except DocumentError as exc:
         return Loaded(PlanReport(file=shown, issues=list(exc.issues)), None, path=path)
     report, plan = check_plan(doc, registry, settings, given, concrete=concrete,

@@ -14,14 +14,11 @@ node (:meth:`Document.locate`), computed only when an issue needs it.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from .issues import Issue
 from .jsontext import JsonIndex as _JsonIndex
@@ -38,6 +35,9 @@ from .pointers import pointer as pointer
 from .pointers import pointer_escape as pointer_escape
 from .pointers import split_pointer as split_pointer
 
+if TYPE_CHECKING:
+    import yaml
+
 #: Files larger than this are refused (``too_large``), in bytes.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 #: Nodes that alias expansion may add to a document beyond what is written in it.
@@ -46,50 +46,6 @@ MAX_ALIAS_EXPANSION = 100_000
 MAX_DEPTH = 200
 
 
-class _CoreResolver(yaml.resolver.Resolver):
-    """The YAML 1.2 core schema's implicit typing (not PyYAML's YAML 1.1 defaults)."""
-
-    yaml_implicit_resolvers: dict[Any, Any] = {}  # noqa: RUF012 - PyYAML's class-level table
-
-
-_CoreResolver.add_implicit_resolver(
-    "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
-)
-_CoreResolver.add_implicit_resolver(
-    "tag:yaml.org,2002:bool",
-    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    list("tTfF"),
-)
-_CoreResolver.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-    list("-+0123456789"),
-)
-_CoreResolver.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
-
-_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Loader(_Base):  # type: ignore[misc]
-    """libyaml's parser and composer (when available) with the core-schema resolver."""
-
-    yaml_implicit_resolvers = _CoreResolver.yaml_implicit_resolvers
-
-
-_STR = "tag:yaml.org,2002:str"
-_INT = "tag:yaml.org,2002:int"
-_FLOAT = "tag:yaml.org,2002:float"
-_BOOL = "tag:yaml.org,2002:bool"
-_NULL = "tag:yaml.org,2002:null"
-_MAP = "tag:yaml.org,2002:map"
-_SEQ = "tag:yaml.org,2002:seq"
 
 
 class DocumentError(Exception):
@@ -106,158 +62,6 @@ def _issue(code: str, message: str, file: str | None, mark: Any = None,
     if mark is not None:
         line, column = mark.line + 1, mark.column + 1
     return Issue(code=code, message=message, file=file, line=line, column=column, path=path)
-
-
-def _scalar(node: yaml.ScalarNode, file: str | None, ptr: str) -> Any:
-    tag, value = node.tag, node.value
-    if tag == _STR:
-        return value
-    if tag == _NULL:
-        return None
-    if tag == _BOOL:
-        return value.lower() == "true"
-    if tag == _INT:
-        v = value.lower().lstrip("+")
-        try:
-            if v.startswith(("0o", "0x")):
-                number = int(v[2:], 8 if v[1] == "o" else 16)
-                str(number)  # 0x + 4,000 hex digits reads, but could never be printed
-                return number
-            number = int(v, 10)
-            str(number)  # printable: under Python's limit on digits (4,300)
-            return number
-        except ValueError:
-            raise DocumentError(
-                [_issue("syntax", f"{_clip(value)} is not an integer planrun can hold "
-                        "(at most 4,300 decimal digits); quote it to make it text",
-                        file, node.start_mark, ptr)]
-            ) from None
-    if tag == _FLOAT:
-        try:
-            f = float(value)
-        except ValueError:
-            f = math.nan
-        if math.isnan(f) or math.isinf(f):
-            raise DocumentError([
-                _issue("syntax", f"{value!r} is not a number JSON can hold "
-                       "(no .nan or .inf); quote it to make it text",
-                       file, node.start_mark, ptr)
-            ])
-        return f
-    raise DocumentError([
-        _issue("syntax", f"unsupported YAML tag {tag!r}: only the JSON data model is accepted",
-               file, node.start_mark, ptr)
-    ])
-
-
-def _clip(text: str) -> str:
-    return repr(text if len(text) <= 40 else text[:37] + "...")
-
-
-def _expanded_size(root: yaml.Node) -> tuple[int, int]:
-    """(nodes as written, nodes after alias expansion); stops counting past the bound.
-
-    Aliases share node objects, so the written size counts distinct nodes and the expanded
-    size counts every occurrence, memoised per node so a billion-laughs document costs
-    only as much as its written size.
-    """
-    memo: dict[int, int] = {}
-    distinct = 0
-    # Iterative post-order walk: a deep document must not exhaust the C stack.
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, children_done = stack.pop()
-        key = id(node)
-        if key in memo and not children_done:
-            continue
-        if isinstance(node, yaml.ScalarNode):
-            memo[key] = 1
-            distinct += 1
-            continue
-        kids: list[yaml.Node]
-        if isinstance(node, yaml.MappingNode):
-            kids = [n for kv in node.value for n in kv]
-        else:
-            kids = list(node.value)
-        if not children_done:
-            memo[key] = -1  # in progress (a recursive alias would loop)
-            stack.append((node, True))
-            for kid in kids:
-                if memo.get(id(kid)) == -1:
-                    raise RecursionError("recursive alias")
-                if id(kid) not in memo:
-                    stack.append((kid, False))
-            continue
-        distinct += 1
-        total = 1
-        for kid in kids:
-            total += memo[id(kid)]
-        memo[key] = min(total, 1 << 62)
-    return distinct, memo[id(root)]
-
-
-def _construct(root: yaml.Node, file: str | None) -> Any:
-    """Turn a composed node graph into JSON data, refusing duplicate and non-text keys."""
-    problems: list[Issue] = []
-
-    def build(node: yaml.Node, ptr: str, depth: int) -> Any:
-        if depth > MAX_DEPTH:
-            raise DocumentError([_issue("too_large", f"nesting deeper than {MAX_DEPTH} levels",
-                                        file, node.start_mark, ptr)])
-        if isinstance(node, yaml.ScalarNode):
-            return _scalar(node, file, ptr)
-        if isinstance(node, yaml.SequenceNode):
-            if node.tag != _SEQ:
-                raise DocumentError([_issue("syntax", f"unsupported YAML tag {node.tag!r}",
-                                            file, node.start_mark, ptr)])
-            return [build(n, f"{ptr}/{i}", depth + 1) for i, n in enumerate(node.value)]
-        if isinstance(node, yaml.MappingNode):
-            if node.tag != _MAP:
-                raise DocumentError([_issue("syntax", f"unsupported YAML tag {node.tag!r}",
-                                            file, node.start_mark, ptr)])
-            out: dict[str, Any] = {}
-            for knode, vnode in node.value:
-                if knode.tag == "tag:yaml.org,2002:merge":
-                    raise DocumentError([_issue(
-                        "syntax", "YAML merge keys (<<) are not part of the JSON data model",
-                        file, knode.start_mark, ptr)])
-                if not isinstance(knode, yaml.ScalarNode) or knode.tag != _STR:
-                    raise DocumentError([_issue(
-                        "syntax",
-                        f"mapping key {getattr(knode, 'value', '?')!r} must be text; quote it",
-                        file, knode.start_mark, ptr)])
-                key = knode.value
-                kptr = f"{ptr}/{pointer_escape(key)}"
-                if key in out:
-                    problems.append(_issue(
-                        "duplicate_key",
-                        f"key {key!r} appears twice in this mapping; keep only one",
-                        file, knode.start_mark, kptr))
-                    continue
-                out[key] = build(vnode, kptr, depth + 1)
-            return out
-        raise DocumentError([_issue("syntax", "unexpected YAML node", file, None, ptr)])
-
-    data = build(root, "", 0)
-    if problems:
-        raise DocumentError(problems)
-    return data
-
-
-def _compose(text: str, file: str | None) -> yaml.Node | None:
-    loader = _Loader(text)
-    try:
-        return loader.get_single_node()  # type: ignore[no-any-return]
-    finally:
-        loader.dispose()
-
-
-def _yaml_error(exc: yaml.YAMLError, file: str | None) -> Issue:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    context = getattr(exc, "context", None)
-    msg = f"not valid YAML: {problem}" + (f" ({context})" if context else "")
-    return _issue("syntax", msg, file, mark)
 
 
 @dataclass
@@ -323,11 +127,10 @@ class Document:
 
     def _node(self) -> yaml.Node | None:
         if not self._composed:
+            from .yamltext import compose_or_none
+
             self._composed = True
-            try:
-                self._root = _compose(self.source(), self.file)
-            except (yaml.YAMLError, RecursionError, ValueError):
-                self._root = None
+            self._root = compose_or_none(self.source(), self.file)
         return self._root  # type: ignore[no-any-return]
 
     def locate(self, ptr: str | None) -> tuple[int | None, int | None]:
@@ -343,12 +146,9 @@ class Document:
         node = self._node()
         if node is None:
             return None, None
-        for token in split_pointer(ptr):
-            nxt = _child(node, token)
-            if nxt is None:
-                break
-            node = nxt
-        return node.start_mark.line + 1, node.start_mark.column + 1
+        from .yamltext import node_position
+
+        return node_position(node, ptr)
 
     def locate_key(self, ptr: str) -> tuple[int | None, int | None]:
         """Like :meth:`locate`, but at the mapping *key* of the last token.
@@ -360,31 +160,12 @@ class Document:
         tokens = split_pointer(ptr)
         if not tokens:
             return self.locate(ptr)
-        parent = "".join("/" + pointer_escape(t) for t in tokens[:-1])
         node = self._node()
         if node is None:
             return None, None
-        for token in split_pointer(parent):
-            nxt = _child(node, token)
-            if nxt is None:
-                return self.locate(ptr)
-            node = nxt
-        if isinstance(node, yaml.MappingNode):
-            for k, _v in node.value:
-                if getattr(k, "value", None) == tokens[-1]:
-                    return k.start_mark.line + 1, k.start_mark.column + 1
-        return self.locate(ptr)
+        from .yamltext import key_position
 
-
-def _child(node: yaml.Node, token: str) -> yaml.Node | None:
-    """The value node under a mapping key / sequence index ``token``, or None."""
-    if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in node.value
-                     if isinstance(k, yaml.ScalarNode) and k.value == token), None)
-    if isinstance(node, yaml.SequenceNode) and token.isdigit():
-        idx = int(token)
-        return node.value[idx] if idx < len(node.value) else None
-    return None
+        return key_position(node, ptr) or self.locate(ptr)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -446,7 +227,11 @@ def parse_text(text: str, *, kind: str, file: str | None = None) -> Document:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         raise DocumentError([Issue(code="too_large", file=file, line=None, column=None,
                                    message=f"file is over {MAX_FILE_BYTES} bytes")])
-    return _parse_json(text, file) if kind == "json" else _parse_yaml(text, file)
+    if kind == "json":
+        return _parse_json(text, file)
+    from .yamltext import parse_yaml
+
+    return parse_yaml(text, file)
 
 
 def _parse_json(text: str, file: str | None) -> Document:
@@ -490,50 +275,17 @@ def _parse_json(text: str, file: str | None) -> Document:
     return Document(data=data, file=file, text=text, kind="json")
 
 
-def _parse_yaml(text: str, file: str | None) -> Document:
-    """YAML text (1.2 core typing): alias expansion is bounded, duplicate keys are issues."""
-    try:
-        root = _compose(text, file)
-    except yaml.YAMLError as exc:
-        raise DocumentError([_yaml_error(exc, file)]) from None
-    except RecursionError:
-        raise DocumentError([Issue(code="too_large", file=file,
-                                   message="nesting too deep")]) from None
-    if root is None:
-        return Document(data=None, file=file, text=text, kind="yaml", _root=None,
-                        _composed=True)
-    # Aliases need anchors (``&name``): without a ``&`` anywhere there is nothing to expand.
-    distinct = expanded = 0
-    if "&" in text:
-        try:
-            distinct, expanded = _expanded_size(root)
-        except RecursionError:
-            raise DocumentError([_issue("syntax", "an alias refers to the node that contains "
-                                        "it", file, root.start_mark)]) from None
-    if expanded - distinct > MAX_ALIAS_EXPANSION:
-        raise DocumentError([_issue(
-            "too_large",
-            f"aliases would expand this document by {expanded - distinct:,} nodes "
-            f"(bound: {MAX_ALIAS_EXPANSION:,}); write the values out or use fewer aliases",
-            file, root.start_mark)])
-    data = _construct(root, file)
-    # A lone surrogate in the data comes from the text itself or from a \u / \U escape
-    # (YAML's other escapes give no surrogate): without either, no string needs a look.
-    maybe = has_surrogate(text) or "\\u" in text or "\\U" in text
-    bad = not_text(data) if maybe else None
-    if bad is not None:  # not expected from YAML's own escapes; kept as a guard
-        raise DocumentError([_issue("syntax", "a string holds a lone UTF-16 surrogate, which "
-                                    "is not a character", file, root.start_mark, bad)])
-    return Document(data=data, file=file, text=text, kind="yaml", _root=root, _composed=True)
-
-
 def kind_of(path: Path) -> str:
     """``json`` for ``.json`` files, else ``yaml``."""
     return "json" if path.suffix.lower() == ".json" else "yaml"
 
 
-def load_file(path: Path, *, display: str | None = None) -> Document:
+def load_file(path: Path, *, display: str | None = None, keep: bool = False) -> Document:
     """Read and parse one file (kind by suffix).
+
+    ``keep`` (a plan or the registry, never a parameters file): the data of a YAML text
+    parsed before by the same code is read back from :mod:`planrun.parse_cache`, and a
+    text parsed now is kept there.
 
     Raises:
         DocumentError: ``syntax`` (also for unreadable or non-UTF-8 files), ``duplicate_key``,
@@ -555,7 +307,17 @@ def load_file(path: Path, *, display: str | None = None) -> Document:
     except UnicodeDecodeError as exc:
         raise DocumentError([Issue(code="syntax", file=shown,
                                    message=f"not UTF-8 text (byte {exc.start})")]) from None
-    return parse_text(text, kind=kind_of(path), file=shown)
+    kind = kind_of(path)
+    if not keep or kind != "yaml":
+        return parse_text(text, kind=kind, file=shown)
+    from . import parse_cache
+
+    data = parse_cache.get(text)
+    if data is not parse_cache.MISSING:
+        return Document(data=data, file=shown, text=text, kind="yaml")
+    doc = parse_text(text, kind=kind, file=shown)
+    parse_cache.put(text, doc.data)
+    return doc
 
 
 #: How a plan read from standard input is named in reports (``planrun validate -``).

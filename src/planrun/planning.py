@@ -86,7 +86,7 @@ def slug(goal: str) -> str:
 def _dumper() -> Any:
     import yaml
 
-    from .loading import _CoreResolver
+    from .yamltext import _CoreResolver
 
     core = _CoreResolver()
 

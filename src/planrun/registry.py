@@ -388,7 +388,7 @@ def load_registry(path: Path, pools: dict[str, int] | None = None) -> tuple[
     if not probe(path):
         return reg, []
     try:
-        doc = load_file(path, display=shown)
+        doc = load_file(path, display=shown, keep=True)
     except DocumentError as exc:
         return reg, [Issue(code="registry", message=f"{i.code}: {i.message}", file=i.file,
                            line=i.line, column=i.column, path=i.path) for i in exc.issues]
