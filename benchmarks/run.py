@@ -676,15 +676,24 @@ def w6(project: Project, mode: Mode, res: Results) -> None:
     medians = []
     for size, reps in zip(mode.w6_sizes, mode.w6_reps, strict=True):
         plan = project.add(f"gen_w6_{size}", chain_plan(f"gen_w6_{size}", size))
-        walls = [run_proc([*planrun_argv(), "validate", plan], cwd=project.root,
-                          env=env).wall_s for _ in range(reps)]
-        v = median(walls)
+        argv = [*planrun_argv(), "validate", plan]
+        # The first process of a plan: nothing kept in a cache folder of its own, so the
+        # YAML is parsed and every contract check runs (what CI does with a new plan).
+        cold = [run_proc(argv, cwd=project.root, env={**env, "XDG_CACHE_HOME": str(
+            project.root / "cold-cache" / f"w6-{size}-{i}")}).wall_s for i in range(reps)]
+        v = median(cold)
         medians.append(v)
-        res.add("W6", f"`planrun validate` of a {size:,}-step plan", v, "s")
+        res.add("W6", f"`planrun validate` of a {size:,}-step plan, first process", v, "s")
+        # The same plan again (nightly, CI on an unchanged plan): its parsed data and fits
+        # are kept (planrun.parse_cache, planrun.fits).
+        run_proc(argv, cwd=project.root, env=env)
+        again = [run_proc(argv, cwd=project.root, env=env).wall_s for _ in range(reps)]
+        res.add("W6", f"`planrun validate` of a {size:,}-step plan, again", median(again),
+                "s")
     _small, mid, big = mode.w6_sizes
     ratio = medians[2] / medians[1]
     scale = big / mid
-    res.add("W6", f"validate time {big:,} / {mid:,} steps", ratio, "x",
+    res.add("W6", f"validate time {big:,} / {mid:,} steps (first process)", ratio, "x",
             f"<= {scale:g}x (linear)", ratio <= scale)
 
 
