@@ -121,3 +121,37 @@ def test_nan_and_infinity_refused(value: Any) -> None:
 def test_non_json_data_refused(value: Any) -> None:
     with pytest.raises(TypeError):
         canonical_json(value)
+
+
+# --- the idempotency key from the arguments' canonical text (one writing for two digests) --
+
+NAMES = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=8)
+
+
+@given(args=st.dictionaries(NAMES, JSON_VALUES, max_size=4), plan=NAMES, step=NAMES,
+       tool=NAMES, item=st.none() | st.integers(0, 10**6), root=NAMES,
+       dedupe=st.sampled_from([None, "run", "plan"]))
+def test_the_spliced_key_is_the_key_of_the_whole_envelope(
+        args: dict[str, Any], plan: str, step: str, tool: str, item: int | None, root: str,
+        dedupe: str | None) -> None:
+    """Giving ``arguments_json`` changes nothing: journals keep their keys (SPEC §7)."""
+    from types import SimpleNamespace
+
+    from planrun.execution.common import idempotency_key
+
+    checked: Any = SimpleNamespace(id=step, tool=SimpleNamespace(
+        name=tool, entry=SimpleNamespace(key_arguments=None, dedupe=dedupe)))
+    scope = {"scope": "plan"} if dedupe == "plan" else {"root_run_id": root}
+    whole = digest({"plan": plan, **scope, "step": step, "item": item, "tool": tool,
+                    "arguments": args})
+    assert idempotency_key(plan=plan, root_run_id=root, step=checked, item=item,
+                           arguments=args) == whole
+    assert idempotency_key(plan=plan, root_run_id=root, step=checked, item=item,
+                           arguments=args, arguments_json=canonical_json(args)) == whole
+    # with key_arguments the subset counts, whatever text is given
+    checked.tool.entry.key_arguments = sorted(args)[:1]
+    subset = {k: args[k] for k in sorted(args)[:1]}
+    assert idempotency_key(plan=plan, root_run_id=root, step=checked, item=item,
+                           arguments=args, arguments_json=canonical_json(args)) == digest(
+        {"plan": plan, **scope, "step": step, "item": item, "tool": tool,
+         "arguments": subset})

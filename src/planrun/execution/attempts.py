@@ -14,7 +14,6 @@ import asyncio
 import json
 from typing import Any
 
-from ..canonical import digest
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
 from ..loading import MAX_DEPTH, too_deep
@@ -44,13 +43,12 @@ class Attempts(RunParts):
                      self.journal)
 
     async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
-                        item: int | None, stored: dict[str, Any] | None = None) -> Outcome:
+                        item: int | None, args_digest: str) -> Outcome:
         """Call the tool until it succeeds or its retries are spent; journal every attempt.
 
-        ``stored``: the arguments in reference form (default: ``arguments``); their digest
-        is journaled with each dispatch record.
+        ``args_digest``: the digest of the arguments in reference form (``_prepare``),
+        journaled with each dispatch record.
         """
-        args_digest = digest(arguments if stored is None else stored)
         attempt = 0
         if not self.fresh:
             attempt, exhausted = self._recovered(step, key, item)

@@ -84,14 +84,14 @@ class RunParts:
         raise NotImplementedError
 
     def _prepare(self, step: CheckedStep, lookup: Callable[[Ref], Any], item: int | None
-                 ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
+                 ) -> tuple[dict[str, Any], str, dict[str, Any], str] | Outcome:
         raise NotImplementedError
 
     def _slots(self, step: CheckedStep) -> Slots:
         raise NotImplementedError
 
     async def _attempts(self, step: CheckedStep, arguments: dict[str, Any], key: str,
-                        item: int | None, stored: dict[str, Any] | None = None) -> Outcome:
+                        item: int | None, args_digest: str) -> Outcome:
         raise NotImplementedError
 
     async def _fan_out(self, step: CheckedStep) -> None:

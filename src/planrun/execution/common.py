@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import threading
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import redact
-from ..canonical import digest
+from ..canonical import canonical_json, digest
 from ..journal import Journal
 from ..journal.store import lease_ttl
 from ..redact import Secrets
@@ -115,7 +116,7 @@ def crash_points() -> frozenset[tuple[str, str]]:
 
 
 def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int | None,
-                    arguments: dict[str, Any]) -> str:
+                    arguments: dict[str, Any], arguments_json: str | None = None) -> str:
     """SHA-256 of the canonical JSON of {plan, root run, step, item, tool, arguments} (SPEC §7).
 
     ``arguments`` are in reference form (:mod:`planrun.redact`): a secret counts by its
@@ -123,12 +124,21 @@ def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int
     (the registry makes each of them required, so none is ever missing). A tool with
     ``dedupe: plan`` leaves the root run out (``"scope": "plan"`` instead): every run of
     the plan gets the same key for the same call.
+
+    ``arguments_json``: :func:`planrun.canonical.canonical_json` of ``arguments`` when the
+    caller has it (it digests them too): the same key, without writing them twice.
     """
     keys = step.tool.entry.key_arguments
-    args = {k: arguments[k] for k in keys if k in arguments} if keys is not None \
-        else arguments
     scope: dict[str, Any] = {"scope": "plan"} if step.tool.entry.dedupe == "plan" \
         else {"root_run_id": root_run_id}
+    if keys is None and arguments_json is not None:
+        # "arguments" sorts first among the keys: the canonical text is spliced, not redone
+        rest = canonical_json({"plan": plan, **scope, "step": step.id, "item": item,
+                               "tool": step.tool.name})
+        text = '{"arguments":' + arguments_json + "," + rest[1:]
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    args = {k: arguments[k] for k in keys if k in arguments} if keys is not None \
+        else arguments
     return digest({"plan": plan, **scope, "step": step.id, "item": item,
                    "tool": step.tool.name, "arguments": args})
 

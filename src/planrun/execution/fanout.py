@@ -114,11 +114,11 @@ class FanOut(RunParts):
                     items.left += 1
                     return  # stays pending
                 outcome = await self._attempts(step, prepared[0], prepared[1], idx,
-                                               prepared[2])
+                                               prepared[3])
         self._fan_note(step, items, idx, outcome)
 
     def _prepare_item(self, step: CheckedStep, items: _Items, idx: int
-                      ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
+                      ) -> tuple[dict[str, Any], str, dict[str, Any], str] | Outcome:
         try:
             inject_fault("prepare", step.id, idx, self._seam)
             return self._prepare(step, self._lookup(step, items.source[idx], idx), idx)

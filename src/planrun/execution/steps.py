@@ -8,10 +8,12 @@ succeed), failed before any call (a reference or argument that does not resolve,
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
 from .. import redact
+from ..canonical import canonical_json
 from ..errors import PlanrunError
 from ..graph import ancestors
 from ..journal import FINISHED
@@ -70,7 +72,7 @@ class Steps(RunParts):
             else:
                 self._settle(step, prepared)
             return
-        arguments, key, stored = prepared
+        arguments, key, stored, args_digest = prepared
         if not self._gate(step, stored):
             return  # stays pending: awaiting a person, or denied (the run stops)
         self._slot_waiters[step.id] = step
@@ -84,7 +86,8 @@ class Steps(RunParts):
                 if self._stopped_for(step):
                     self._skip_stopped_waiters(step)
                     return
-                self._settle(step, await self._attempts(step, arguments, key, None, stored))
+                self._settle(step, await self._attempts(step, arguments, key, None,
+                                                        args_digest))
         finally:
             self._slot_waiters.pop(step.id, None)
 
@@ -134,13 +137,14 @@ class Steps(RunParts):
         return bool(go)
 
     def _prepare(self, step: CheckedStep, lookup: Callable[[Ref], Any], item: int | None
-                 ) -> tuple[dict[str, Any], str, dict[str, Any]] | Outcome:
+                 ) -> tuple[dict[str, Any], str, dict[str, Any], str] | Outcome:
         """Resolve and check a call's arguments and key.
 
         Returns an Outcome instead when no call is due (a failure before the call, or a
-        replay of an already-succeeded key). Else (arguments, key, stored): the values to
-        call with, the key, and the arguments in reference form (SPEC §7: what the key,
-        the dispatch record's ``arguments_digest`` and an approval are computed over).
+        replay of an already-succeeded key). Else (arguments, key, stored, digest): the
+        values to call with, the key, the arguments in reference form (SPEC §7: what the
+        key, the dispatch record's ``arguments_digest`` and an approval are computed over)
+        and that digest (SHA-256 of their canonical JSON, written once for both).
         """
         if step.static:
             stored = step.arguments  # fully known at validation, and checked there
@@ -162,8 +166,9 @@ class Steps(RunParts):
             if problems:
                 return Outcome("failed", error={"code": "arguments", "message": "; ".join(
                     f"{p or '/'}: {m}" for p, m, _k in problems)})
+        stored_json = canonical_json(stored)
         key = idempotency_key(plan=self.plan.name, root_run_id=self.root_run_id, step=step,
-                              item=item, arguments=stored)
+                              item=item, arguments=stored, arguments_json=stored_json)
         # A fresh run's keys are new (its own id is part of each), so only a resumed or
         # retried run can find one already succeeded — unless the tool's keys are the
         # plan's (``dedupe: plan``): then an earlier run's success is replayed, if younger
@@ -176,7 +181,7 @@ class Steps(RunParts):
                 self.run_id, step.id, output, key, "idempotency key", item=item,
                 facets=None if item is not None else facets_of(step.raw.get("facets"), output))
             return Outcome("succeeded", output=output, replayed=True)
-        return arguments, key, stored
+        return arguments, key, stored, hashlib.sha256(stored_json.encode("utf-8")).hexdigest()
 
     def _lookup(self, step: CheckedStep, item: Any = None, index: int | None = None
                 ) -> Callable[[Ref], Any]:
