@@ -40,9 +40,12 @@ def cel_parser_cache(cache_dir: Path | None = None) -> Path:
     import lark
 
     if cache_dir is None:
-        import platformdirs
+        from .paths import user_cache_folder
 
-        cache_dir = Path(platformdirs.user_cache_path("planrun"))
+        found = user_cache_folder()
+        if found is None:
+            raise OSError("no user cache folder (no home folder)")
+        cache_dir = found
     try:
         celpy_version = metadata.version("cel-python")
     except metadata.PackageNotFoundError:

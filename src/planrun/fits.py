@@ -106,17 +106,18 @@ def checker() -> str:
 
 #: (the environment the cache folder depends on, the folder): platformdirs takes ~12 µs,
 #: and a fan-out item whose arguments are checked by value asks for every item.
-_folder_of: tuple[tuple[str | None, ...], Path] | None = None
+_folder_of: tuple[tuple[str | None, ...], Path | None] | None = None
 
 
-def _folder() -> Path:
+def _folder() -> Path | None:
+    """The user cache folder (:func:`planrun.paths.user_cache_folder`; None: no home)."""
     global _folder_of
     env = (os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"),
            os.environ.get("LOCALAPPDATA"))
     if _folder_of is None or _folder_of[0] != env:
-        import platformdirs
+        from .paths import user_cache_folder
 
-        _folder_of = (env, Path(platformdirs.user_cache_path("planrun")))
+        _folder_of = (env, user_cache_folder())
     return _folder_of[1]
 
 
@@ -142,6 +143,8 @@ def _load() -> set[str]:
         return _known
     save()  # the cache folder changed (HOME did, in a long-lived process): the old first
     _known, _path, _read_in = set(), None, folder
+    if folder is None:
+        return _known
     try:
         _path = _file(folder)
         if _path is None:

@@ -25,7 +25,9 @@ parsed, as JSON, keyed by the text's SHA-256:
   ``default`` may be a secret's value, which lives only in the process's memory, SPEC
   §7), parameter files (``--params-file``: never asked to keep), and a document over
   :data:`MAX_BYTES` of JSON.
-- **Bounded**: at most :data:`MAX_FILES` files (the least recently written go first).
+- **Bounded**: at most :data:`MAX_FILES` files (the least recently written go first). A
+  write goes to a temporary file renamed into place; one that fails removes it, and one a
+  killed writer left is removed by a later write once older than :data:`STALE_TMP_S`.
 
 The data read back is the data the parse gave: the same keys in the same order, the same
 numbers (JSON keeps a float's shortest ``repr``), the same strings. Issues are located in
@@ -46,6 +48,8 @@ from typing import Any
 MAX_BYTES = 32 * 1024 * 1024
 #: Files kept at most; the oldest (by modification time) are removed past it.
 MAX_FILES = 64
+#: A temporary file this old (seconds) is a killed writer's: the next write removes it.
+STALE_TMP_S = 60.0
 
 #: What :func:`get` gives when nothing is kept for a text.
 MISSING: Any = object()
@@ -78,6 +82,8 @@ def _folder() -> Path | None:
     from .paths import private_dir
 
     folder = cache_folder()
+    if folder is None:
+        return None
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     return folder if private_dir(folder) else None
 
@@ -113,7 +119,7 @@ def get(text: str) -> Any:
         return MISSING
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not one this code wrote
         return MISSING
 
 
@@ -158,18 +164,28 @@ def put(text: str, data: Any) -> None:
         tmp = folder / f".{name}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN_FLAGS, 0o600)
         try:
-            os.write(fd, hashlib.sha256(body).hexdigest().encode("ascii") + b"\n")
-            view = memoryview(body)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / name)
+            try:
+                os.write(fd, hashlib.sha256(body).hexdigest().encode("ascii") + b"\n")
+                view = memoryview(body)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(tmp, folder / name)
+        except BaseException:  # a full disk, a folder in its place: no partial file stays
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         _prune(folder, name)
 
 
 def _prune(folder: Path, kept: str) -> None:
-    """Remove other parsers' files, and the oldest past :data:`MAX_FILES`."""
+    """Remove other parsers' files, the oldest past :data:`MAX_FILES`, and stale temps.
+
+    A temporary file older than :data:`STALE_TMP_S` is what a killed writer left.
+    """
+    import time
+
     mine = f"parsed-{parser()}-"
     ours: list[tuple[float, Path]] = []
     for path in folder.glob("parsed-*.json"):
@@ -178,6 +194,11 @@ def _prune(folder: Path, kept: str) -> None:
                 path.unlink()
             elif path.name != kept:
                 ours.append((path.stat().st_mtime, path))
+    stale = time.time() - STALE_TMP_S
+    for path in folder.glob(".parsed-*.tmp"):
+        with contextlib.suppress(OSError):
+            if path.lstat().st_mtime < stale:
+                path.unlink()
     ours.sort()
     for _mtime, path in ours[:max(0, len(ours) + 1 - MAX_FILES)]:
         with contextlib.suppress(OSError):

@@ -43,11 +43,41 @@ def private_dir(folder: Path) -> bool:
             and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
+#: What platformdirs raises when this user has no home folder it can find (``HOME`` unset
+#: or relative and no ``/etc/passwd`` entry: a container run as ``--user N``).
+_NO_HOME = (RuntimeError, KeyError, OSError)
+
+
 def default_journal() -> Path:
-    """``platformdirs.user_data_path("planrun") / "journal.sqlite3"``."""
+    """``platformdirs.user_data_path("planrun") / "journal.sqlite3"``.
+
+    Raises:
+        JournalError: there is no home folder to put it in (exit 6).
+    """
     import platformdirs
 
-    return Path(platformdirs.user_data_path("planrun")) / "journal.sqlite3"
+    try:
+        return Path(platformdirs.user_data_path("planrun")) / "journal.sqlite3"
+    except _NO_HOME as exc:
+        from .errors import JournalError
+
+        raise JournalError(f"no default journal location: {exc}",
+                           hint="Name one with --journal PATH, PLANRUN_JOURNAL or journal = "
+                           "in planrun.toml, or set HOME.") from None
+
+
+def user_cache_folder() -> Path | None:
+    """``platformdirs.user_cache_path("planrun")``; None when this user has no home folder.
+
+    Every cache planrun keeps (contract fits, parsed YAML, the CEL parser) is then simply
+    not kept: a check or a parse costs its time, never an error.
+    """
+    import platformdirs
+
+    try:
+        return Path(platformdirs.user_cache_path("planrun"))
+    except _NO_HOME:
+        return None
 
 
 def probe(path: Path, test: str = "exists") -> bool:
