@@ -344,3 +344,21 @@ def test_a_fits_file_that_is_no_regular_file_is_never_read_or_written(
                           timeout=60, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == ""
+
+
+def test_a_file_another_process_just_made_is_not_removed_as_another_checker_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race of four processes at once, made certain: the file appears between this
+    process's "is it there?" and its removal of other checkers' files."""
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    mine = folder / f"fits-{fits.checker()}.txt"
+    mine.write_text(fits.key("schema", "made by another process") + "\n")
+    stale = folder / "fits-0000000000000000.txt"
+    stale.write_text("")
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists",
+                        lambda self, **kw: False if self == mine else real_exists(self, **kw))
+    assert fits._file(folder) == mine
+    assert real_exists(mine)
+    assert not real_exists(stale)

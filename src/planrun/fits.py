@@ -131,8 +131,9 @@ def _file(folder: Path) -> Path | None:
     path = folder / f"fits-{checker()}.txt"
     if not path.exists():
         for old in folder.glob("fits-*.txt"):  # another checker's: its verdicts are void
-            with contextlib.suppress(OSError):
-                old.unlink()
+            if old.name != path.name:  # this one may have just been made by a process
+                with contextlib.suppress(OSError):  # running at once: its lines are kept
+                    old.unlink()
     return path
 
 
