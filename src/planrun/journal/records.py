@@ -19,7 +19,22 @@ from .. import procs
 
 
 def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """A JSON column's value (None for NULL).
+
+    Raises:
+        JournalError: the column does not hold JSON (a damaged journal; exit 6).
+    """
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        from ..errors import JournalError
+
+        raise JournalError(f"the journal holds a damaged value ({type(exc).__name__}: "
+                           f"{str(exc)[:120]}); planrun wrote JSON there",
+                           hint="Restore the journal from a backup, or start a new run "
+                           "with planrun execute.") from None
 
 
 #: The column encoders, built once (``json.dumps`` with options builds one per call).
