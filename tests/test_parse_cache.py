@@ -146,7 +146,7 @@ def test_a_symlink_or_fifo_in_its_place_is_never_read(tmp_path: Path) -> None:
     assert load_file(path, keep=True).data == first
     kept.unlink()
     os.mkfifo(kept)
-    assert parse_cache.get(PLAN) is parse_cache.MISSING  # never opened for reading
+    assert parse_cache.get(PLAN)[1] is parse_cache.MISSING  # never opened for reading
     assert load_file(path, keep=True).data == first  # never waits on the FIFO …
     assert kept.is_file()  # … and a regular file took its place
 

@@ -103,17 +103,14 @@ def test_what_a_killed_writer_leaves_is_cleaned_or_bounded(tmp_path: Path) -> No
     assert not any(p.name.endswith(".tmp") for p in entries if p != live)
 
 
-def test_no_resolvable_home_is_a_parse_not_a_traceback(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """HOME unset/relative and the uid not in /etc/passwd (a container run with --user N):
-    platformdirs raises RuntimeError, which get() does not catch (real process: traceback,
-    exit 1, even for a JSON plan, since tools.yaml is read with keep=True).
-    Note: fits._folder has the same pre-existing crash later in the process."""
+@pytest.fixture
+def no_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME relative and the uid not in /etc/passwd (a container run with --user N):
+    platformdirs raises RuntimeError for every user folder."""
     import pwd
 
-    path = tmp_path / "plan.yaml"
-    path.write_text("planrun: 1\ngoal: g\nsteps: []\n")
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for name in ("XDG_CACHE_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", "relative-home")
 
     def no_entry(_uid: int) -> object:
@@ -121,6 +118,14 @@ def test_no_resolvable_home_is_a_parse_not_a_traceback(
 
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     monkeypatch.setattr(fits, "_folder_of", None)
+
+
+@pytest.mark.usefixtures("no_home")
+def test_no_resolvable_home_is_a_parse_not_a_traceback(tmp_path: Path) -> None:
+    """get() did not catch platformdirs' RuntimeError (real process: traceback, exit 1,
+    even for a JSON plan, since tools.yaml is read with keep=True)."""
+    path = tmp_path / "plan.yaml"
+    path.write_text("planrun: 1\ngoal: g\nsteps: []\n")
     assert load_file(path, keep=True).data["goal"] == "g"
 
 
@@ -138,24 +143,13 @@ def test_a_checksummed_file_too_deep_for_json_is_no_traceback(tmp_path: Path) ->
     assert r.returncode == 0
 
 
-def test_no_resolvable_home_keeps_no_fits_and_names_no_default_journal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("no_home")
+def test_no_resolvable_home_keeps_no_fits_and_names_no_default_journal() -> None:
     """The same user without a home: fits are not kept, a check runs; the default journal
     is a clear journal error (exit 6), not a traceback."""
-    import pwd
-
     from planrun.errors import JournalError
     from planrun.paths import default_journal, user_cache_folder
 
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
-    monkeypatch.setenv("HOME", "relative-home")
-
-    def no_entry(_uid: int) -> object:
-        raise KeyError("uid not in passwd")
-
-    monkeypatch.setattr(pwd, "getpwuid", no_entry)
-    monkeypatch.setattr(fits, "_folder_of", None)
     fits.reset()
     assert user_cache_folder() is None
     assert not fits.known(fits.key("schema", "{}"))

@@ -312,11 +312,12 @@ def load_file(path: Path, *, display: str | None = None, keep: bool = False) -> 
         return parse_text(text, kind=kind, file=shown)
     from . import parse_cache
 
-    data = parse_cache.get(text)
+    kept, data = parse_cache.get(text)
     if data is not parse_cache.MISSING:
         return Document(data=data, file=shown, text=text, kind="yaml")
     doc = parse_text(text, kind=kind, file=shown)
-    parse_cache.put(text, doc.data)
+    if kept is not None:
+        parse_cache.put(kept, text, doc.data)
     return doc
 
 

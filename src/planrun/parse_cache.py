@@ -103,24 +103,32 @@ def keepable(text: str, data: Any) -> bool:
     return True
 
 
-def get(text: str) -> Any:
-    """The data kept for ``text``, or :data:`MISSING`."""
+def get(text: str) -> tuple[Path | None, Any]:
+    """(the file kept for ``text``, its data), the data :data:`MISSING` when none is kept.
+
+    The file is None when no cache folder may be used. Give it to :func:`put` after a
+    parse: the text is hashed and the folder looked at once.
+    """
     try:
         folder = _folder()
         if folder is None:
-            return MISSING
-        raw = _read(folder / _name(text))
+            return None, MISSING
+        path = folder / _name(text)
     except (OSError, ValueError):
-        return MISSING
+        return None, MISSING
+    try:
+        raw = _read(path)
+    except OSError:  # not a regular file (a FIFO, a symlink): replaced by the next put
+        return path, MISSING
     if raw is None:
-        return MISSING
+        return path, MISSING
     check, _, body = raw.partition(b"\n")
     if hashlib.sha256(body).hexdigest().encode("ascii") != check:
-        return MISSING
+        return path, MISSING
     try:
-        return json.loads(body)
+        return path, json.loads(body)
     except (ValueError, RecursionError):  # not one this code wrote
-        return MISSING
+        return path, MISSING
 
 
 def _read(path: Path) -> bytes | None:
@@ -149,18 +157,18 @@ def _read(path: Path) -> bytes | None:
     return b"".join(chunks)
 
 
-def put(text: str, data: Any) -> None:
-    """Keep the data ``text`` parsed to, when :func:`keepable`; errors are ignored."""
+def put(path: Path, text: str, data: Any) -> None:
+    """Keep at ``path`` (from :func:`get`) the data ``text`` parsed to; errors are ignored.
+
+    Only when :func:`keepable`.
+    """
     if not keepable(text, data):
         return
     with contextlib.suppress(OSError, ValueError, TypeError, RecursionError):
         body = _DATA_TEXT.encode(data).encode("utf-8", "surrogatepass")
         if len(body) > MAX_BYTES:
             return
-        folder = _folder()
-        if folder is None:
-            return
-        name = _name(text)
+        folder, name = path.parent, path.name
         tmp = folder / f".{name}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN_FLAGS, 0o600)
         try:

@@ -86,9 +86,9 @@ def slug(goal: str) -> str:
 def _dumper() -> Any:
     import yaml
 
-    from .yamltext import _CoreResolver
+    from .yamltext import CoreResolver
 
-    core = _CoreResolver()
+    core = CoreResolver()
 
     class Dumper(yaml.SafeDumper):
         """SafeDumper that quotes every string YAML 1.2 core would read as another type."""

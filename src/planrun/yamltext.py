@@ -29,26 +29,26 @@ from .loading import (
 from .pointers import pointer_escape, split_pointer
 
 
-class _CoreResolver(yaml.resolver.Resolver):
+class CoreResolver(yaml.resolver.Resolver):
     """The YAML 1.2 core schema's implicit typing (not PyYAML's YAML 1.1 defaults)."""
 
     yaml_implicit_resolvers: dict[Any, Any] = {}  # noqa: RUF012 - PyYAML's class-level table
 
 
-_CoreResolver.add_implicit_resolver(
+CoreResolver.add_implicit_resolver(
     "tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
 )
-_CoreResolver.add_implicit_resolver(
+CoreResolver.add_implicit_resolver(
     "tag:yaml.org,2002:bool",
     re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
     list("tTfF"),
 )
-_CoreResolver.add_implicit_resolver(
+CoreResolver.add_implicit_resolver(
     "tag:yaml.org,2002:int",
     re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
     list("-+0123456789"),
 )
-_CoreResolver.add_implicit_resolver(
+CoreResolver.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
         r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
@@ -63,7 +63,7 @@ _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class _Loader(_Base):  # type: ignore[misc]
     """libyaml's parser and composer (when available) with the core-schema resolver."""
 
-    yaml_implicit_resolvers = _CoreResolver.yaml_implicit_resolvers
+    yaml_implicit_resolvers = CoreResolver.yaml_implicit_resolvers
 
 
 _STR = "tag:yaml.org,2002:str"
