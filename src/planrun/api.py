@@ -182,7 +182,7 @@ def plan_for_viewing(settings: Settings, name: str, given: ParamInput | None = N
     return loaded.plan
 
 
-@dataclass
+@dataclass(eq=False)
 class DryRun:
     """What ``execute --dry-run`` would do: order, approvals, parameters."""
 

@@ -22,7 +22,7 @@ from .paths import PlanLookupError, Settings, find_plan, shown_path
 from .validation import CheckedPlan, ParamInput
 
 
-@dataclass
+@dataclass(eq=False)
 class Loaded:
     """A registry plus one located plan file and its check."""
 

@@ -87,7 +87,7 @@ _JSON_WS = re.compile(r"[ \t\n\r]*")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 
 
-@dataclass
+@dataclass(eq=False)
 class JsonIndex:
     """Where every value of a JSON text starts (and, for object members, its key).
 

@@ -160,7 +160,7 @@ def changed_plan_note(settings: Settings, row: RunRecord) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)
 class Analysis:
     """What resume would do with each step of a run.
 

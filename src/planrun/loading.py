@@ -64,7 +64,7 @@ def _issue(code: str, message: str, file: str | None, mark: Any = None,
     return Issue(code=code, message=message, file=file, line=line, column=column, path=path)
 
 
-@dataclass
+@dataclass(eq=False)
 class Document:
     """A file read as JSON data, able to locate a JSON Pointer back to its line/column.
 

@@ -101,7 +101,7 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)
 class Settings:
     """Resolved settings of one invocation.
 

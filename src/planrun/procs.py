@@ -30,7 +30,6 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +155,8 @@ class Keeper:
             return
         self._pid = os.getpid()
         try:
+            from importlib import resources  # only for a watchdog (~2 ms of start-up)
+
             source = resources.files("planrun").joinpath("_watchdog.py").read_text(
                 encoding="utf-8")
             # -I -S: no site, no user paths, no environment: fast, and nothing of the

@@ -328,7 +328,7 @@ class ToolSpec:
         return strict_validator(self.entry.output_schema)
 
 
-@dataclass
+@dataclass(eq=False)
 class ToolRegistry:
     """All tools of ``tools.yaml`` (possibly none when the file does not exist)."""
 

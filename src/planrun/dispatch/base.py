@@ -63,7 +63,7 @@ class CallLost(Exception):
     """The worker running the call is gone (it died, or its host did): effect unknown."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Watch:
     """What a dispatcher reports while a call runs (all optional, called on the loop).
 

@@ -262,7 +262,7 @@ class Outcome:
     replayed: bool = False
 
 
-@dataclass
+@dataclass(eq=False)
 class StepState:
     """What the scheduler knows of one step during a run."""
 

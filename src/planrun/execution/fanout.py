@@ -30,7 +30,7 @@ from .common import (
 PARTIAL_MODES = ("skip", "collect")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Items:
     """How a fan-out's items went so far (shared by its workers)."""
 

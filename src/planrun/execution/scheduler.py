@@ -47,7 +47,7 @@ from .steps import Steps
 _DONE = ("succeeded", "partial", "skipped", "failed", "indeterminate")
 
 
-@dataclass
+@dataclass(eq=False)
 class Executor(Steps, FanOut, Attempts, Gate):
     """Runs the pending steps of one journaled run.
 

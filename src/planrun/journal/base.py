@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,7 +96,7 @@ def now() -> str:
 
 def new_run_id() -> str:
     """A fresh run id: 16 random hex characters."""
-    return secrets.token_hex(8)
+    return os.urandom(8).hex()
 
 
 class JournalBase:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +61,7 @@ def dumps(value: Any) -> str:
 
 def lease_owner() -> str:
     """This process as a lease holder: ``host:pid:token``."""
-    return f"{procs.host_name()}:{os.getpid()}:{secrets.token_hex(4)}"
+    return f"{procs.host_name()}:{os.getpid()}:{os.urandom(4).hex()}"
 
 
 def _owner_pid(owner: str) -> int | None:

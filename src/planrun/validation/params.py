@@ -16,7 +16,7 @@ from .plan import ParamInput
 from .report import Collector, secret_rule
 
 
-@dataclass
+@dataclass(eq=False)
 class ParamValues:
     """The parameters of one plan after checking.
 

@@ -28,7 +28,7 @@ class PlanLimits(Protocol):
     def pools(self) -> Mapping[str, int]: ...  # noqa: D102
 
 
-@dataclass
+@dataclass(eq=False)
 class CheckedStep:
     """A step that passed every check.
 
@@ -109,7 +109,7 @@ class CheckedStep:
         return out
 
 
-@dataclass
+@dataclass(eq=False)
 class CheckedPlan:
     """A plan that passed validation, with parameters substituted.
 
@@ -177,7 +177,7 @@ class CheckedPlan:
         return graph.run_order([s.id for s in self.steps], self.deps)
 
 
-@dataclass
+@dataclass(eq=False)
 class ParamInput:
     """Parameter values as given.
 

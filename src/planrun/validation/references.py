@@ -13,7 +13,7 @@ from .report import Collector
 from .steps import ShapedStep
 
 
-@dataclass
+@dataclass(eq=False)
 class Scope:
     """What a reference is checked against.
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import tempfile
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -298,6 +297,8 @@ def _open_on_read_only_storage(path: Path) -> sqlite3.Connection:
     wal = path.with_name(path.name + "-wal")
     if not wal.exists() or wal.stat().st_size == 0:
         return _connect_ro(path, "mode=ro&immutable=1")
+    import tempfile  # only here: a journal on read-only storage
+
     folder = Path(tempfile.mkdtemp(prefix="planrun-ro-"))
     try:
         copy = folder / path.name
