@@ -12,6 +12,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable
+from functools import lru_cache
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,17 @@ def crash_points() -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
+@lru_cache(maxsize=4096)
+def _key_tail(plan: str, root_run_id: str | None, step_id: str, tool: str) -> str:
+    """The canonical text of an idempotency key after its arguments and item (see there).
+
+    ``root_run_id`` None: the plan's scope (``dedupe: plan``).
+    """
+    scope: dict[str, Any] = {"scope": "plan"} if root_run_id is None \
+        else {"root_run_id": root_run_id}
+    return canonical_json({"plan": plan, **scope, "step": step_id, "tool": tool})[1:]
+
+
 def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int | None,
                     arguments: dict[str, Any], arguments_json: str | None = None) -> str:
     """SHA-256 of the canonical JSON of {plan, root run, step, item, tool, arguments} (SPEC §7).
@@ -129,14 +141,16 @@ def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int
     caller has it (it digests them too): the same key, without writing them twice.
     """
     keys = step.tool.entry.key_arguments
-    scope: dict[str, Any] = {"scope": "plan"} if step.tool.entry.dedupe == "plan" \
-        else {"root_run_id": root_run_id}
+    by_plan = step.tool.entry.dedupe == "plan"
     if keys is None and arguments_json is not None:
-        # "arguments" sorts first among the keys: the canonical text is spliced, not redone
-        rest = canonical_json({"plan": plan, **scope, "step": step.id, "item": item,
-                               "tool": step.tool.name})
-        text = '{"arguments":' + arguments_json + "," + rest[1:]
+        # The keys sort "arguments", "item", then the rest: the canonical text is spliced
+        # around the arguments' and the item's, the rest written once a step (a fan-out's
+        # items share it).
+        text = ('{"arguments":' + arguments_json + ',"item":'
+                + ("null" if item is None else str(int(item))) + ","
+                + _key_tail(plan, None if by_plan else root_run_id, step.id, step.tool.name))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    scope: dict[str, Any] = {"scope": "plan"} if by_plan else {"root_run_id": root_run_id}
     args = {k: arguments[k] for k in keys if k in arguments} if keys is not None \
         else arguments
     return digest({"plan": plan, **scope, "step": step.id, "item": item,
