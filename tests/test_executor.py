@@ -51,6 +51,18 @@ def produce(name, value=None):
     return {"x": 1, "nested": {"y": [10, 20]}}
 
 
+def odd(name, value=None):
+    """Outputs the journal must write as their JSON reads back (and their reference form)."""
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    _record(name)
+    return {"markers": {"k\ufdd0": "v\ufdd1\ufdd2"}, "keys": {1: "x", "t": (1, 2)},
+            "text": {"é": "ü – ✓"}, "enum": Level.HIGH, "float": 2.5}[value]
+
+
 def badout(name, value=None):
     _record(name)
     return {"n": "three"}
@@ -122,6 +134,8 @@ tools:
     python: xtools:boom{PY_ARGS}
   produce:
     python: xtools:produce{PY_ARGS}
+  odd:
+    python: xtools:odd{PY_ARGS}
   badout:
     python: xtools:badout{PY_ARGS}
     output_schema:
@@ -577,6 +591,40 @@ def test_run_time_references_keep_native_types_and_render_embedded(xproject: Pro
 
     out = api.output(xproject.settings(), m["run_id"], "c")
     assert out["value"] == {"whole": {"y": [10, 20]}, "leaf": 20, "text": "x=1!"}
+
+
+ODD = {"markers": {"k\ufdd0": "v\ufdd1\ufdd2"}, "keys": {"1": "x", "t": [1, 2]},
+       "text": {"é": "ü – ✓"}, "enum": 3, "float": 2.5}
+
+
+@pytest.mark.parametrize("kind", sorted(ODD))
+def test_an_output_is_journaled_as_its_json_reads_back(xproject: Project, kind: str) -> None:
+    """The journal's text of an output is the text of the value later steps see.
+
+    A value with marker characters is stored escaped (the reference form) and the next
+    step is called with it as it was; ``{1: ...}``, a tuple and an ``IntEnum`` are what their JSON reads back as.
+    The output is written once to check it and that text is journaled: it must be
+    exactly what writing the value that steps see would give.
+    """
+    from planrun import api
+    from planrun.journal.records import dumps
+
+    plan(xproject, "odd", f"""
+  - {{id: a, tool: odd, arguments: {{name: a, value: {kind}}}}}
+  - {{id: b, tool: mark, depends_on: [a], arguments: {{name: b, value: "{{steps.a.output}}"}}}}
+""")
+    m = execute_plan(xproject, "odd")
+    assert m["status"] == "completed", m
+    from planrun.redact import reveal
+
+    # api.output gives the reference form; the tool of step b was called with the value
+    assert reveal(api.output(xproject.settings(), m["run_id"], "a"), {}) == ODD[kind]
+    assert reveal(api.output(xproject.settings(), m["run_id"], "b"), {})["value"] == ODD[kind]
+    stored = step_rows(xproject, m["run_id"])["a"]["output_json"]
+    if kind == "markers":
+        assert "\ufdd2\ufdd0" in stored  # escaped: not a reference
+    else:
+        assert stored == dumps(ODD[kind])
 
 
 def test_an_output_that_does_not_match_output_schema_fails_with_code_output(

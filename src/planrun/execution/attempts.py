@@ -14,6 +14,7 @@ import asyncio
 import json
 from typing import Any
 
+from .. import redact
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
 from ..loading import MAX_DEPTH, too_deep
@@ -25,9 +26,10 @@ from .common import MAX_RECOVERIES, Outcome, Slots, facets_of, inject_fault, int
 #: How long a dispatch commit waits for other calls' outcomes while calls run (seconds).
 COMMIT_WINDOW_S = 0.0002
 
-#: An output is written once to see that it is JSON data (``json.dumps`` with options
-#: would build a new encoder per call).
-_OUTPUT_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+#: An output is written once, as the journal writes it (``records.dumps``: compact, not
+#: ASCII-escaped): that shows it is JSON data, and the journal takes the text.
+_OUTPUT_TEXT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                                allow_nan=False)
 #: Outputs that are already what the journal gives back (a str, int, float, bool or None
 #: reads back as itself: no need to parse its JSON; a subclass such as an IntEnum is not).
 _AS_JOURNALED = frozenset({str, int, float, bool, type(None)})
@@ -114,7 +116,7 @@ class Attempts(RunParts):
                 self._calls -= 1
             self._crash_at("call", step.id, item)
             inject_fault("call", step.id, item, self._seam)
-            output, error = self._check_output(step, output)
+            output, error, text = self._check_output(step, output)
         except asyncio.CancelledError:
             how = "abandoned" if self._dispatcher.abandons(call) else "cancelled"
             code, why = self.cancel_reason or ("interrupted", "the run was interrupted")
@@ -139,7 +141,7 @@ class Attempts(RunParts):
                                                       self.run_id, self._secrets))
         if error is not None:
             return error
-        return self._succeeded(step, call, output, stderr)
+        return self._succeeded(step, call, output, stderr, text)
 
     def _watch(self, call: Call, stderr: list[str]) -> Watch:
         """Journal a command's process group while it runs; keep its stderr tail."""
@@ -157,15 +159,22 @@ class Attempts(RunParts):
         return Outcome("indeterminate", error=error)
 
     def _succeeded(self, step: CheckedStep, call: Call, output: Any,
-                   stderr: list[str]) -> Outcome:
+                   stderr: list[str], text: str | None = None) -> Outcome:
+        """Journal the success (deferred: it joins the next commit).
+
+        ``text``: the output's journal JSON (:meth:`_check_output`); written as it is when
+        the reference form of the output is the output itself.
+        """
         item = call.context.item_index
-        output = self._secrets.conceal(output)  # a secret it echoes is stored as a reference
+        if self._secrets or text is None or redact.text_may_hold_marks(text):
+            # a secret it echoes is stored as a reference, a marker character escaped
+            output, text = self._secrets.conceal(output), None
         # A command that succeeded but wrote on stderr: its tail is kept with the
         # step_succeeded event (planrun log) and shown with -v (issue 10, bug 7).
         facets = None if item is not None else facets_of(step.raw.get("facets"), output)
         self.journal.step_finished(self.run_id, step.id, status="succeeded",
                                    key=call.context.idempotency_key, output=output, item=item,
-                                   defer=True, facets=facets,
+                                   output_json=text, defer=True, facets=facets,
                                    event_data={"stderr_tail": stderr[-1]} if stderr else None)
         if stderr:
             self._emit("stderr", call.where, text=stderr[-1])
@@ -250,43 +259,45 @@ class Attempts(RunParts):
             batch.set_result(None)
 
     def _check_output(self, step: CheckedStep, output: Any
-                      ) -> tuple[Any, dict[str, Any] | None]:
-        """(the output as JSON data, None) when it fits the tool's ``output_schema``.
+                      ) -> tuple[Any, dict[str, Any] | None, str | None]:
+        """(the output as JSON data, None, its JSON text) when it fits the tool's contract.
 
-        Else (the output, the error). The output goes on as the journal keeps it — read
-        back from its JSON — so a step after it sees in this run what it would see on
-        resume: ``{1: "x"}`` is ``{"1": "x"}`` (JSON keys are strings; a key ``1`` was
-        skipped by the contract's ``properties: {"1": ...}`` and written as ``"1"`` on a
-        command's stdin), a tuple is a list, an ``IntEnum`` an integer.
+        Else (the output, the error, None). The text is what the journal writes for it
+        (:func:`planrun.journal.records.dumps`: compact, UTF-8). The output goes on as the
+        journal keeps it — read back from its JSON — so a step after it sees in this run
+        what it would see on resume: ``{1: "x"}`` is ``{"1": "x"}`` (JSON keys are
+        strings; a key ``1`` was skipped by the contract's ``properties: {"1": ...}`` and
+        written as ``"1"`` on a command's stdin), a tuple is a list, an ``IntEnum`` an
+        integer.
         """
+        name = step.tool.name
         try:
             text = _OUTPUT_TEXT.encode(output)
             if not text.isascii():
                 text.encode("utf-8")
         except (TypeError, ValueError) as exc:
-            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
-                            f"a value that is not JSON data: {exc}"}
+            return output, {"code": "output", "message": f"tool {name!r} returned a value "
+                            f"that is not JSON data: {exc}"}, None
         except RecursionError:
-            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
-                            "a value nested too deeply to store"}
+            return output, {"code": "output", "message": f"tool {name!r} returned a value "
+                            "nested too deeply to store"}, None
         except UnicodeEncodeError:
-            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
-                            "text that is not valid Unicode (an undecodable file name?); "
-                            "return it as text that can be encoded in UTF-8"}
+            return output, {"code": "output", "message": f"tool {name!r} returned text that "
+                            "is not valid Unicode (an undecodable file name?); return it as "
+                            "text that can be encoded in UTF-8"}, None
         # planrun's own walks over an output (masking, facets, canonical JSON) recurse: an
         # output json could still write but nested deeper than a plan may be is refused
         # the same way (a value that deep takes at least two characters a level)
         if len(text) > 2 * MAX_DEPTH and too_deep(output):
-            return output, {"code": "output", "message": f"tool {step.tool.name!r} returned "
-                            f"a value nested too deeply to store (more than {MAX_DEPTH} "
-                            "levels)"}
+            return output, {"code": "output", "message": f"tool {name!r} returned a value "
+                            f"nested too deeply to store (more than {MAX_DEPTH} levels)"}, None
         if type(output) not in _AS_JOURNALED:  # anything else is read back from its JSON
             output = json.loads(text)
         validator = step.tool.output_validator
         if validator is not None:
             errors = [e.message for e in validator.iter_errors(output)]
             if errors:
-                return output, {"code": "output", "message": f"tool {step.tool.name!r} "
-                                "output does not match its output_schema: "
-                                f"{self._secrets.conceal_text(errors[0])}"}
-        return output, None
+                return output, {"code": "output", "message": f"tool {name!r} output does "
+                                "not match its output_schema: "
+                                f"{self._secrets.conceal_text(errors[0])}"}, None
+        return output, None, text

@@ -12,8 +12,8 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 

@@ -16,7 +16,8 @@ class StepsMixin(JournalBase):
                       output: Any = None, error: dict[str, Any] | None = None,
                       expect: str | tuple[str, ...] = "running", event_data: Any = None,
                       item: int | None = None, defer: bool = False,
-                      facets: dict[str, Any] | None = None) -> str:
+                      facets: dict[str, Any] | None = None,
+                      output_json: str | None = None) -> str:
         """The outcome record: ``succeeded``, ``failed`` or ``indeterminate``.
 
         Written with its event in one transaction; ``output`` for a success, ``error``
@@ -24,6 +25,9 @@ class StepsMixin(JournalBase):
         key is kept (succeeded),
         released (failed) so that a later attempt really runs, or left claimed
         (indeterminate).
+
+        ``output_json``: :func:`planrun.journal.records.dumps` of ``output`` when the caller
+        has it already (the executor wrote it to check the output).
 
         ``facets`` (a step, not an item, that succeeded): its facets as
         :func:`planrun.facets.compute` gives them, stored with it.
@@ -34,7 +38,8 @@ class StepsMixin(JournalBase):
         anything that could wait, so no other call starts while an outcome is uncommitted.
         """
         ts = now()
-        out_json = dumps(output) if status == "succeeded" else None
+        out_json = None if status != "succeeded" else \
+            output_json if output_json is not None else dumps(output)
         err_json = None if error is None else dumps(error)
         table, where, args = self._target(run_id, step_id, item)
         expected = (expect,) if isinstance(expect, str) else tuple(expect)
