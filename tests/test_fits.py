@@ -362,3 +362,28 @@ def test_a_file_another_process_just_made_is_not_removed_as_another_checker_s(
     assert fits._file(folder) == mine
     assert real_exists(mine)
     assert not real_exists(stale)
+
+
+@pytest.mark.parametrize("spelling", [
+    'pin: {type: string, secret: true, default: "SECRET"}',
+    'pin: {type: string, secret: true, enum: ["SECRET", "other"]}',
+    'pin: {secret: true, const: "SECRET"}',
+    'pin: {type: string, secret: yes, default: "SECRET"}',  # not a boolean: kept as secret
+])
+def test_no_kept_fit_depends_on_a_secret_parameters_schema(basic_project: Project,
+                                                            spelling: str) -> None:
+    """A secret's schema may hold its value: nothing to guess it from in the cache folder.
+
+    The same plan with two values of the secret leaves the same lines (found by a fresh
+    helper: a four-digit default was recovered from its schema's fit by trying all 10,000).
+    """
+    plan = PLAN.replace("goal: count\n", "goal: count\nparams:\n  " + spelling + "\n")
+    kept = []
+    for value in ("4821", "4822"):
+        later_process()
+        basic_project.check(plan.replace("SECRET", value))
+        kept.append(sorted(kept_lines()))
+        folder = Path(platformdirs.user_cache_path("planrun"))
+        assert not [p for p in folder.iterdir() if value in p.read_text(errors="replace")]
+    assert kept[0] == kept[1]
+    assert kept[0]  # the registry's own schemas are still kept

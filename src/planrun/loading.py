@@ -14,7 +14,9 @@ node (:meth:`Document.locate`), computed only when an issue needs it.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +282,16 @@ def kind_of(path: Path) -> str:
     return "json" if path.suffix.lower() == ".json" else "yaml"
 
 
+def _regular(mode: int, shown: str) -> None:
+    """Raise DocumentError (``syntax``) unless ``mode`` is a regular file's."""
+    if stat.S_ISREG(mode):
+        return
+    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+        "a socket" if stat.S_ISSOCK(mode) else "a device"
+    raise DocumentError([Issue(code="syntax", file=shown, message=f"cannot read file: it is "
+                               f"{kind}, not a regular file")])
+
+
 def load_file(path: Path, *, display: str | None = None, keep: bool = False) -> Document:
     """Read and parse one file (kind by suffix).
 
@@ -293,15 +305,27 @@ def load_file(path: Path, *, display: str | None = None, keep: bool = False) -> 
     """
     shown = display or str(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise DocumentError([Issue(code="too_large", file=shown,
-                                       message=f"file is {size:,} bytes, over the bound of "
-                                       f"{MAX_FILE_BYTES:,}")])
-        raw = path.read_bytes()
+        _regular(os.stat(path).st_mode, shown)
+        # O_NONBLOCK: a FIFO put in the file's place meanwhile is refused, not waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise DocumentError([Issue(code="syntax", file=shown,
                                    message=f"cannot read file: {exc.strerror}")]) from None
+    with open(fd, "rb", closefd=True) as f:
+        st = os.fstat(fd)
+        _regular(st.st_mode, shown)
+        if st.st_size > MAX_FILE_BYTES:
+            raise DocumentError([Issue(code="too_large", file=shown,
+                                       message=f"file is {st.st_size:,} bytes, over the "
+                                       f"bound of {MAX_FILE_BYTES:,}")])
+        try:
+            raw = f.read(MAX_FILE_BYTES + 1)  # a file that grew since: refused below
+        except OSError as exc:
+            raise DocumentError([Issue(code="syntax", file=shown,
+                                       message=f"cannot read file: {exc.strerror}")]) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise DocumentError([Issue(code="too_large", file=shown, message="file is over the "
+                                   f"bound of {MAX_FILE_BYTES:,} bytes")])
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

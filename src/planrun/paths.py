@@ -343,6 +343,11 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
         candidate = here / name
         if probe(candidate, "is_file"):
             return candidate
+        if probe(candidate) and not probe(candidate, "is_dir"):
+            raise PlanLookupError(Issue(
+                code="not_found", file=shown,
+                message=f"the plan file {candidate} is not a regular file (a FIFO, a device "
+                "or a socket)"))
         raise PlanLookupError(Issue(
             code="bad_name", file=shown,
             message=f"plan name {shown!r} may not contain '/', '\\' or '..' (a plan is "
@@ -354,6 +359,12 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
     for candidate in candidates:
         if probe(candidate, "is_file"):
             return candidate
+    for candidate in candidates:  # there, but a FIFO or a device: never waited on
+        if probe(candidate) and not probe(candidate, "is_dir"):
+            raise PlanLookupError(Issue(
+                code="not_found", file=shown,
+                message=f"the plan file {candidate} is not a regular file (a FIFO, a device "
+                "or a socket)"))
     existing = plan_names(plans_dir)
     if not probe(plans_dir, "is_dir"):
         raise PlanLookupError(Issue(

@@ -114,7 +114,7 @@ def _meta_validator() -> Any:
     return Draft202012Validator(Draft202012Validator.META_SCHEMA)
 
 
-def schema_problems(schema: Any) -> list[tuple[str, str]]:
+def schema_problems(schema: Any, *, keep: bool = True) -> list[tuple[str, str]]:
     """(JSON Pointer inside the schema, message) for each way ``schema`` breaks 2020-12.
 
     Besides the metaschema: every ``$ref`` resolves inside the schema, no chain of
@@ -123,14 +123,17 @@ def schema_problems(schema: Any) -> list[tuple[str, str]]:
     pattern (:mod:`planrun.patterns`).
 
     A schema this code found valid before is not checked again (:mod:`planrun.fits`):
-    jsonschema is then not even imported.
+    jsonschema is then not even imported. ``keep=False`` (a schema that may hold a
+    secret's value: a secret parameter's ``default``, ``enum`` or ``const``): its verdict
+    is neither looked up nor kept, so no line of the cache folder depends on the secret
+    (SPEC §7: nothing to guess a secret from).
     """
     if not isinstance(schema, dict | bool):
         return [("", f"a JSON Schema must be an object, not {type(schema).__name__}")]
     from . import fits
     from .jsontext import plain_json_text
 
-    text = plain_json_text(schema)
+    text = plain_json_text(schema) if keep else None
     line = None if text is None else fits.key("schema", text)
     if line is not None and fits.known(line):
         return []

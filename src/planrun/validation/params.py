@@ -81,7 +81,8 @@ def _declaration_ok(pname: str, schema: dict[str, Any], secrets: set[str],
                 path=ptr + "/secret")
     elif secret:
         secrets.add(pname)
-    bad_schema = schema_problems(without_secret(schema))
+    # a secret's schema may hold its value (a default, an enum): its verdict is not kept
+    bad_schema = schema_problems(without_secret(schema), keep=secret is False)
     for sub, msg in bad_schema:
         out.add("schema", f"parameter {pname!r}: {msg}", path=ptr + sub)
     if bad_schema:

@@ -62,6 +62,11 @@ def _is_dir(path: Path) -> JournalError:
                         f"{path / 'journal.sqlite3'}.")
 
 
+def _not_a_file(path: Path) -> JournalError:
+    return JournalError(f"the journal path {path} is not a regular file (a FIFO, a device "
+                        "or a socket)", hint="Give --journal (or PLANRUN_JOURNAL) a file path.")
+
+
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction: ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any error.
@@ -145,8 +150,7 @@ def open_write(path: Path) -> sqlite3.Connection:
     if probe(path, "is_dir"):
         raise _is_dir(path)
     if probe(path) and not probe(path, "is_file"):
-        raise JournalError(f"the journal path {path} is not a regular file",
-                           hint="Give --journal (or PLANRUN_JOURNAL) a file path.")
+        raise _not_a_file(path)
     try:
         _make_folder(path.parent)
     except OSError as exc:
@@ -239,6 +243,8 @@ def open_read(path: Path) -> sqlite3.Connection | None:
         return None
     if probe(path, "is_dir"):
         raise _is_dir(path)
+    if not probe(path, "is_file"):  # a FIFO would be waited on, a device read as empty
+        raise _not_a_file(path)
     try:
         conn = _connect_ro(path, "mode=ro")
         version = _version(conn)
