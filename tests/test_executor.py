@@ -68,6 +68,12 @@ def badout(name, value=None):
     return {"n": "three"}
 
 
+def collide(name, value=None):
+    _record(name)
+    return {"top": {1: "a", "1": "b"}, "nested": {"ok": [{"x": 1, True: 2, "true": 3}]},
+            "none": {None: 1, "null": 2}}[value]
+
+
 def notjson(name, value=None):
     _record(name)
     return {"when": {1, 2}}
@@ -145,6 +151,12 @@ tools:
       required: [n]
   notjson:
     python: xtools:notjson{PY_ARGS}
+  collide:
+    python: xtools:collide{PY_ARGS}
+  dupjson:
+    command: [{json.dumps(sys.executable)}, "dupjson.py"]
+    output: json
+    arguments: {{type: object, additionalProperties: false}}
   whoami:
     python: xtools:whoami
     retries: {{max_attempts: 3}}{PY_ARGS}
@@ -233,6 +245,7 @@ def xproject(project: Project) -> Project:
     project.write("stubborn.sh", STUBBORN)
     project.write("sleepy.sh", SLEEPY)
     project.write("envdump.py", ENVDUMP)
+    project.write("dupjson.py", 'print(\'{"a": 1, "b": {"k": 1, "k": 2}}\')\n')
     return project
 
 
@@ -647,6 +660,28 @@ def test_an_output_that_is_not_json_data_fails_with_code_output(xproject: Projec
     step = by_step(m)["n"]
     assert step["status"] == "failed"
     assert step["error"]["code"] == "output"
+
+
+@pytest.mark.parametrize("value", ["top", "nested", "none"])
+def test_an_output_whose_keys_collide_as_json_fails_with_code_output(xproject: Project,
+                                                                     value: str) -> None:
+    """``{1: "a", "1": "b"}`` would be journaled as one key: a value lost unseen (found by
+    a fresh helper). The step fails instead, saying why."""
+    plan(xproject, "collide", f"  - {{id: c, tool: collide, arguments: {{name: c, value: "
+         f"{value}}}}}")
+    step = by_step(execute_plan(xproject, "collide"))["c"]
+    assert step["status"] == "failed"
+    assert step["error"]["code"] == "output"
+    assert "same JSON text" in step["error"]["message"]
+
+
+def test_a_command_printing_a_key_twice_fails_with_code_output(xproject: Project) -> None:
+    """JSON on a command's stdout with a key repeated in one object (json keeps the last)."""
+    plan(xproject, "dupjson", "  - {id: d, tool: dupjson}")
+    step = by_step(execute_plan(xproject, "dupjson"))["d"]
+    assert step["status"] == "failed"
+    assert step["error"]["code"] == "output"
+    assert 'the key "k" twice' in step["error"]["message"]
 
 
 def test_the_dispatch_record_is_committed_before_the_call(xproject: Project) -> None:

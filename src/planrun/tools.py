@@ -447,13 +447,22 @@ def _command_output(tool: ToolSpec, program: str, out: bytes, secrets: Secrets) 
     text = out.decode("utf-8", "replace")
     if mode == "text":
         return text[:-1] if text.endswith("\n") else text
+    from .jsontext import json_pairs
+
+    repeated: list[str] = []
     try:
-        return json.loads(text)
+        value = json.loads(text, object_pairs_hook=json_pairs(repeated))
     except ValueError as exc:
         raise ToolFailure({"code": "output",
                            "message": f"{secrets.conceal_text(program)} printed no valid "
                            f"JSON on stdout ({exc}); "
                            "its tool declares output: json"}) from None
+    if repeated:  # json keeps the last value of a key: the others would be lost unseen
+        raise ToolFailure({"code": "output",
+                           "message": f"{secrets.conceal_text(program)} printed JSON with "
+                           f"the key {secrets.conceal_text(json.dumps(repeated[0]))} twice "
+                           "in one object on stdout; its tool declares output: json"})
+    return value
 
 
 async def terminate(proc: asyncio.subprocess.Process, grace: float = KILL_GRACE_S) -> None:

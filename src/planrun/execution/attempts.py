@@ -293,6 +293,12 @@ class Attempts(RunParts):
                             f"nested too deeply to store (more than {MAX_DEPTH} levels)"}, None
         if type(output) not in _AS_JOURNALED:  # anything else is read back from its JSON
             output = json.loads(text)
+            # Keys that are one JSON text ({1: "a", "1": "b"}) would lose a value unseen;
+            # else the text of what was read back is the text (the same as a str key's).
+            if _OUTPUT_TEXT.encode(output) != text:
+                return output, {"code": "output", "message": f"tool {name!r} returned an "
+                                "object with two keys that are the same JSON text (such as "
+                                "1 and \"1\"): one of the values would be lost"}, None
         validator = step.tool.output_validator
         if validator is not None:
             errors = [e.message for e in validator.iter_errors(output)]
