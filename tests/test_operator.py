@@ -423,7 +423,10 @@ def test_forget_and_prune_refuse_a_run_a_live_process_drives(tmp_path: Path) -> 
         journal = Path(os.environ["PLANRUN_JOURNAL"])
         with closing(sqlite3.connect(journal)) as conn, conn:
             conn.execute("UPDATE runs SET created_at = '2020-01-01T00:00:00.000+00:00'")
-        res = run(app, "prune", "--older-than", "1d")
+        res = run(app, "prune", "--older-than", "1d")  # unfinished: kept, not tried
+        assert res.returncode == 0, res
+        assert "kept 1 unfinished run(s)" in res.stdout
+        res = run(app, "prune", "--older-than", "1d", "--status", "running")
         assert res.returncode == 5, res
         assert "error[run_busy]" in res.stderr
         assert _journal_counts(journal, run_id)["runs"] == 1
@@ -432,6 +435,40 @@ def test_forget_and_prune_refuse_a_run_a_live_process_drives(tmp_path: Path) -> 
         proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert run(app, "forget", run_id).returncode == 0
+
+
+@pytest.mark.sqlite
+def test_prune_keeps_an_unfinished_run_unless_its_status_is_named(tmp_path: Path) -> None:
+    """A run killed mid-call may hold a call of unknown effect: ``prune --older-than`` keeps
+    it (found by a fresh user: the dry run listed dead runs whose step was never settled).
+    """
+    import sqlite3
+    from contextlib import closing
+
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    proc.kill()  # SIGKILL mid-call: the run stays running, its step unsettled
+    proc.communicate(timeout=60)
+    dead = json.loads(run(app, "runs", "--json").stdout)[0]
+    assert dead["status"] == "running"
+    done = json.loads(run(app, "execute", "hello", "--approve", "publish", "--json").stdout)
+    journal = Path(os.environ["PLANRUN_JOURNAL"])
+    with closing(sqlite3.connect(journal)) as conn, conn:
+        conn.execute("UPDATE runs SET created_at = '2020-01-01T00:00:00.000+00:00', "
+                     "lease_expires = 0")
+    dry = json.loads(run(app, "prune", "--older-than", "30d", "--dry-run", "--json").stdout)
+    assert dry["deleted"] == [done["run_id"]]
+    assert dry["kept_unfinished"] == [dead["run_id"]]
+    assert dry["runs"][0]["status"] == "completed"
+    res = run(app, "prune", "--older-than", "30d")
+    assert res.returncode == 0, res
+    assert f"deleted {done['run_id']}  completed  hello" in res.stdout
+    assert f"kept 1 unfinished run(s) ({dead['run_id']})" in res.stdout
+    assert _journal_counts(journal, dead["run_id"])["runs"] == 1
+    res = run(app, "prune", "--older-than", "30d", "--status", "running")
+    assert res.returncode == 0, res
+    assert _journal_counts(journal, dead["run_id"])["runs"] == 0
 
 
 # --- log --follow -----------------------------------------------------------------------------

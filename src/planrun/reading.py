@@ -180,11 +180,16 @@ def prune(settings: Settings, *, older_than: str, status: str | None = None,
     """Delete runs started more than ``older_than`` ago, then reclaim the space.
 
     Only this project's runs unless ``all_projects``; ``status`` and ``plan`` narrow it.
-    Each run goes with its steps, items, approvals, events and idempotency keys (a later
-    run can no longer replay those calls).
+    Without ``status``, a run that may still go on (``running``, ``interrupted``,
+    ``awaiting_approval``, ``planning``, ``planned``) is kept: it may hold a call whose
+    effect is unknown, and its journal is the only record of it (decided here; SPEC is
+    silent). Each run goes with its steps, items, approvals, events and idempotency keys (a
+    later run can no longer replay those calls).
 
     Returns:
-        ``{"deleted": [run ids], "events": n, "keys": n}`` (``dry_run``: what would go).
+        ``{"deleted": [run ids], "events": n, "keys": n, "runs": [{"run_id", "status",
+        "plan", "created_at"}], "kept_unfinished": [run ids]}`` (``dry_run``: what would
+        go).
 
     Raises:
         UsageError: a malformed ``older_than`` (exit 2).
@@ -192,17 +197,28 @@ def prune(settings: Settings, *, older_than: str, status: str | None = None,
     """
     from datetime import UTC, datetime, timedelta
 
+    from .journal.base import UNFINISHED
+
     age = parse_age(older_than)
     before = (datetime.now(UTC) - timedelta(seconds=age)).isoformat(timespec="milliseconds")
+    nothing: dict[str, Any] = {"deleted": [], "events": 0, "keys": 0, "runs": [],
+                               "kept_unfinished": []}
     with _reader(settings, write=not dry_run) as journal:
         if journal.conn is None:
-            return {"deleted": [], "events": 0, "keys": 0}
-        ids = journal.select_runs(before=before, status=status, plan=plan,
-                                  project=None if all_projects else journal.project)
+            return nothing
+        where = {"before": before, "plan": plan,
+                 "project": None if all_projects else journal.project}
+        rows = journal.select_runs(status=status, unfinished=status is not None, **where)
+        kept = [] if status is not None else [
+            r[0] for r in journal.select_runs(**where) if r[1] in UNFINISHED]
+        ids = [r[0] for r in rows]
+        runs = [{"run_id": r[0], "status": r[1], "plan": r[2], "created_at": r[3]}
+                for r in rows]
         if dry_run:
-            return {"deleted": ids, "events": 0, "keys": 0}
+            return {**nothing, "deleted": ids, "runs": runs, "kept_unfinished": kept}
         counts = journal.delete_runs(ids)
-    return {"deleted": ids, "events": counts["events"], "keys": counts["keys"]}
+    return {"deleted": ids, "events": counts["events"], "keys": counts["keys"], "runs": runs,
+            "kept_unfinished": kept}
 
 
 def forget(settings: Settings, run_ref: str) -> dict[str, Any]:

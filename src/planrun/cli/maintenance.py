@@ -33,7 +33,11 @@ def prune_runs(
     project: ProjectOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Delete old runs with everything of theirs (idempotency keys too); reclaim space."""
+    """Delete old runs with everything of theirs (idempotency keys too); reclaim space.
+
+    A run that may still go on (running, interrupted, awaiting approval) is kept unless
+    --status names its status.
+    """
     from .. import api, ui
 
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
@@ -44,10 +48,16 @@ def prune_runs(
     if as_json:
         ui.print_json(result)
         return
-    for run_id in result["deleted"]:
-        ui.out(("would delete " if dry_run else "deleted ") + run_id)
+    for r in result["runs"]:
+        ui.out(("would delete " if dry_run else "deleted ")
+               + f"{r['run_id']}  {r['status']}  {r['plan']}  {r['created_at']}")
     ui.out(f"{len(result['deleted'])} run(s) {'would be ' if dry_run else ''}deleted"
            + ("" if dry_run else f", {result['keys']} idempotency key(s) with them"))
+    kept = result["kept_unfinished"]
+    if kept:
+        ui.out(f"kept {len(kept)} unfinished run(s) ({', '.join(kept[:3])}"
+               + (", …" if len(kept) > 3 else "") + "): resume, approve or resolve them, or "
+               "name their status with --status to delete them")
 
 
 def forget(

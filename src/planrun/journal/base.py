@@ -42,6 +42,10 @@ RUN_STATUSES: tuple[str, ...] = (
     "running", "completed", "failed", "interrupted", "denied", "refused",
     "awaiting_approval", "planning", "planned",
 )
+#: Run statuses of a run that may still go on (resume, approve, a plan to run): ``prune``
+#: deletes such a run only when its status is named (it may hold calls of unknown effect).
+UNFINISHED: tuple[str, ...] = ("running", "interrupted", "awaiting_approval", "planning",
+                               "planned")
 #: Shortest run-id prefix accepted (SPEC §8).
 MIN_PREFIX = 4
 #: Seconds a lease lasts without renewal; a running process renews it every third of this.
