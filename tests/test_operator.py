@@ -471,6 +471,29 @@ def test_prune_keeps_an_unfinished_run_unless_its_status_is_named(tmp_path: Path
     assert _journal_counts(journal, dead["run_id"])["runs"] == 0
 
 
+def test_a_killed_run_whose_process_is_not_reaped_is_not_held(tmp_path: Path) -> None:
+    """A zombie holds no lease: its pid answers ``kill(pid, 0)``, but it does nothing (found
+    by a fresh user: resume said run_busy for a killed run whose parent had not waited)."""
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)  # this test is its parent and does not wait yet
+    proc.kill()
+    for _ in range(200):  # until it is a zombie (its /proc entry says Z)
+        if (Path("/proc") / str(proc.pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] \
+                == "Z":
+            break
+        import time
+        time.sleep(0.05)
+    try:
+        run_id = json.loads(run(app, "runs", "--json").stdout)[0]["run_id"]
+        gate.touch()  # a call made again by resume returns at once
+        res = run(app, "resume", run_id)
+        assert "run_busy" not in res.stderr, res
+        assert res.returncode in (0, 5), res
+    finally:
+        proc.communicate(timeout=60)
+
+
 # --- log --follow -----------------------------------------------------------------------------
 
 

@@ -91,6 +91,16 @@ class Group:
     start_ticks: int | None
 
 
+def exited(pid: int) -> bool:
+    """Whether ``pid`` is a process that has ended but not been reaped (a zombie; Linux).
+
+    ``kill(pid, 0)`` succeeds for a zombie: its parent has not waited for it (a container
+    whose first process reaps nothing), yet it does nothing any more.
+    """
+    found = _stat(pid)
+    return found is not None and found[0] in ("Z", "X")
+
+
 def identify(pid: int) -> Group:
     """The :class:`Group` led by ``pid`` (a command planrun just started)."""
     found = _stat(pid)

@@ -107,6 +107,8 @@ def holder_alive(owner: str, boot_id: str | None = None,
         return False
     except PermissionError:
         return True
+    if procs.exited(pid):
+        return False  # a zombie: it ended, its parent has not reaped it
     if start_ticks is not None:
         ticks = procs.identify(pid).start_ticks
         if ticks is not None and ticks != start_ticks:
