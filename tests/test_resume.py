@@ -199,7 +199,7 @@ def test_explain_and_resume_agree_on_the_same_interrupted_run(proj: CliProject) 
     # Without it: what explain says per step is what resume then does.
     ex = proj.run("resume", "--explain", "--json", run_id)
     assert ex.returncode == 0, ex
-    assert ex.json["revalidation"] == {"ok": True, "issues": []}
+    assert ex.json["revalidation"] == {"ok": True, "issues": [], "missing_secrets": []}
     assert ex.json["would_stop"] is False
     actions = {s["step"]: s["action"] for s in ex.json["steps"]}
     assert actions == {"a": "replay", "b": "run"}

@@ -130,10 +130,39 @@ def _replan(journal: Journal, settings: Settings, row: RunRecord,
         journal.add_event(row.run_id, "plan_refused",
                           data={"issues": [i.to_json() for i in report.issues],
                                 "during": "resume"})
+        secrets = missing_secrets(row, report.issues)
+        if secrets:
+            raise Refused(f"run {row.run_id} needs its secret parameter(s) "
+                          f"{', '.join(map(repr, secrets))} again: a secret is never "
+                          "journaled", code="param_missing", report=Report(plans=[report]),
+                          hint="Give " + " ".join(f"-p {n}=VALUE" for n in secrets)
+                          + " to this command (or --params-file, or PLANRUN_PARAM_"
+                          f"{secrets[0]}); nothing else of the plan changed.")
         raise Refused(f"run {row.run_id}'s plan no longer passes validation",
                       code=report.issues[0].code if report.issues else "refused",
                       report=Report(plans=[report]))
     return plan
+
+
+def missing_secrets(row: RunRecord, issues: list[Any]) -> list[str]:
+    """The secret parameters a journaled plan lacks, when they are all that is wrong.
+
+    A secret's value is never journaled (SPEC §7), so ``resume``, ``retry`` and ``approve
+    --resume`` need it given again: that is not a plan that "no longer passes validation".
+    [] when any other issue is there.
+    """
+    declared = row.plan.get("params") if isinstance(row.plan, dict) else None
+    if not isinstance(declared, dict) or not issues:
+        return []
+    names: list[str] = []
+    for issue in issues:
+        name = (issue.path or "").removeprefix("/params/")
+        schema = declared.get(name)
+        if issue.code != "param_missing" or not isinstance(schema, dict) \
+                or schema.get("secret") is not True:
+            return []
+        names.append(name)
+    return sorted(set(names))
 
 
 def changed_plan_note(settings: Settings, row: RunRecord) -> str | None:
@@ -286,14 +315,27 @@ def _items(journal: Journal, run_id: str, rows: list[StepRecord]
 AWAITING = "awaiting_approval"
 
 
-def _resumable_run(journal: Journal, ref: str | None) -> RunRecord:
+def _resumable_run(journal: Journal, ref: str | None, settings: Settings) -> RunRecord:
+    """The run ``resume`` (or ``--explain``) acts on: ``ref``, or this project's latest.
+
+    Without ``ref``: the most recent ``interrupted`` or ``running`` run of this project,
+    as ``planrun runs`` lists them (a journal shared by several projects must not resume
+    another project's run against this project's registry; decided here, SPEC §8 is
+    silent on projects).
+    """
     if ref is None:
-        run_id = journal.latest_resumable()
+        from .checking import project_key
+        from .journal.backends import shown_location
+
+        project = project_key(settings)
+        run_id = journal.latest_resumable(project)
         if run_id is None:
-            raise RunError("there is no interrupted or running run to resume",
-                           code="run_not_resumable", hint="List runs with `planrun runs`; "
-                           "a run awaiting approval is resumed only by name (planrun "
-                           "resume RUN), after planrun approve RUN.")
+            raise RunError(f"there is no interrupted or running run of the project {project} "
+                           f"to resume (journal {shown_location(settings.journal)})",
+                           code="run_not_resumable", hint="List runs with `planrun runs` "
+                           "(--all: every project's); name one to resume it (planrun "
+                           "resume RUN); a run awaiting approval is resumed only by name, "
+                           "after planrun approve RUN.")
     else:
         run_id = journal.resolve_run_id(ref)
     row = journal.run(run_id)
@@ -348,7 +390,7 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
     """
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal, contextlib.ExitStack() as guard:
-        row = _resumable_run(journal, ref)
+        row = _resumable_run(journal, ref, settings)
         run_id = row.run_id
         journal.take_lease(run_id, owner, statuses=(*RESUMABLE, AWAITING))
         guard.enter_context(runner.internal_guard(journal, run_id))  # a bug: run failed
@@ -433,14 +475,16 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         if journal.conn is None:
             raise RunError("the journal is empty; there is no run to resume",
                            code="run_not_resumable")
-        row = _resumable_run(journal, ref)
+        row = _resumable_run(journal, ref, settings)
         run_id = row.run_id
         problems = None
         plan = None
+        secrets: list[str] = []
         try:  # the plan as resume would rebuild it (a UsageError: resume's too)
             report, plan = journaled_plan(settings, row, given)
             if plan is None:
                 problems = [i.to_json() for i in report.issues]
+                secrets = missing_secrets(row, report.issues)
         except Refused as exc:
             problems = [i.to_json() for i in exc.report.all_issues()] if isinstance(
                 exc.report, Report) else [{"code": exc.code, "message": exc.message}]
@@ -456,7 +500,8 @@ def explain(settings: Settings, ref: str | None, given: ParamInput | None = None
         out: dict[str, Any] = {"run_id": run_id, "status": row.status, "lease": lease,
                                "calls": calls,
                                "revalidation": {"ok": problems is None,
-                                                "issues": problems or []},
+                                                "issues": problems or [],
+                                                "missing_secrets": secrets},
                                "would_stop": bool(found.blocked) or problems is not None
                                or busy,
                                "steps": found.explain, "notes": [note] if note else []}

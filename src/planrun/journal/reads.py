@@ -345,13 +345,19 @@ class ReadsMixin(JournalBase):
         return None if row is None else str(row[0])
 
     @_reads
-    def latest_resumable(self) -> str | None:
-        """The most recent run that is ``interrupted`` or ``running``, if any."""
+    def latest_resumable(self, project: str | None = None) -> str | None:
+        """The most recent run that is ``interrupted`` or ``running``, if any.
+
+        With ``project``: of that project (or journaled before runs had one), as ``planrun
+        runs`` lists them: one journal may hold the runs of several projects.
+        """
         if self.conn is None:
             return None
+        where, args = ("", ()) if project is None else (
+            " AND (project = ? OR project IS NULL)", (project,))
         row = self.conn.execute(
-            "SELECT run_id FROM runs WHERE status IN ('interrupted', 'running') "
-            "ORDER BY created_at DESC, seq DESC LIMIT 1").fetchone()
+            f"SELECT run_id FROM runs WHERE status IN ('interrupted', 'running'){where} "
+            "ORDER BY created_at DESC, seq DESC LIMIT 1", args).fetchone()
         return None if row is None else str(row[0])
 
     @_reads

@@ -454,7 +454,11 @@ def print_explain(report: dict[str, Any]) -> None:
         item = f"[{c['item']}]" if c["item"] is not None else ""
         out(f"call of {c['step']}{item}: process group {c['pgid']} on {c['host']} "
             f"({state})")
-    if not report["revalidation"]["ok"]:
+    secrets = report["revalidation"].get("missing_secrets")
+    if secrets:
+        out("resume needs the secret parameter(s) " + ", ".join(secrets) + " again (a secret "
+            "is never journaled): " + " ".join(f"-p {n}=VALUE" for n in secrets))
+    elif not report["revalidation"]["ok"]:
         out("the journaled plan no longer passes validation; resume would refuse it:")
         for i in report["revalidation"]["issues"]:
             out(f"  [{i.get('code')}] {i.get('message')}")
