@@ -471,6 +471,39 @@ def test_prune_keeps_an_unfinished_run_unless_its_status_is_named(tmp_path: Path
     assert _journal_counts(journal, dead["run_id"])["runs"] == 0
 
 
+def test_status_and_runs_say_when_nobody_drives_a_running_run(tmp_path: Path) -> None:
+    """A run whose process died is still ``running`` in the journal (SPEC §7): status and
+    runs say that nobody drives it, and the counts show its running step (found by a fresh
+    user: "running — 0/2 succeeded, 1 pending" read like a live run)."""
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    try:
+        alive = json.loads(run(app, "status", "--json").stdout)
+        assert alive["status"] == "running"
+        assert alive["driven"] is True
+        assert "nobody drives it" not in run(app, "status").stdout
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    dead = json.loads(run(app, "status", "--json").stdout)
+    assert dead["driven"] is False
+    assert dead["counts"]["running"] == 1
+    text = run(app, "status").stdout
+    assert "running (nobody drives it: its process is gone)" in text
+    assert "1 running" in text
+    assert "nobody drives it" in run(app, "runs").stdout
+    assert json.loads(run(app, "runs", "--json").stdout)[0]["driven"] is False
+
+
+def test_no_runs_names_the_journal_it_looked_in(tmp_path: Path) -> None:
+    app = ops_project(tmp_path / "app")
+    elsewhere = tmp_path / "nosuchdir" / "j.sqlite3"
+    res = run(app, "runs", env={**os.environ, "PLANRUN_JOURNAL": str(elsewhere)})
+    assert res.returncode == 0, res
+    assert f"no runs in {app.resolve()} in the journal {elsewhere}" in res.stdout
+
+
 def test_a_killed_run_whose_process_is_not_reaped_is_not_held(tmp_path: Path) -> None:
     """A zombie holds no lease: its pid answers ``kill(pid, 0)``, but it does nothing (found
     by a fresh user: resume said run_busy for a killed run whose parent had not waited)."""

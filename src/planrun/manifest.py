@@ -70,7 +70,9 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     ``max_group_keys`` values), and a fan-out's ``item_errors`` list its first
     :data:`ITEM_ERRORS_SHOWN` failed items (``{"index", "code", "message"}``).
 
-    A run ``awaiting_approval`` also has ``approval``: the steps it waits for and the
+    A ``running`` run also has ``driven``: whether a live process drives it (False: its
+    process died and the run waits for ``resume``). A run ``awaiting_approval`` also has
+    ``approval``: the steps it waits for and the
     commands that decide (``approve``, ``deny``) and continue it (``resume``).
     """
     run = journal.run(run_id)
@@ -155,6 +157,11 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         "resumable": resumable,
         "next": nxt,
     }
+    if status == "running":
+        # Whether a live process drives it; False: it died (SIGKILL, power cut) and waits
+        # for resume (or resolve). Only a running run has it.
+        lease = run.lease
+        out["driven"] = lease is not None and (lease.held_by_this_process() or lease.driven())
     if approval is not None:
         # only for a run awaiting approval: {"waiting": [{"step", "tool", "reason"}],
         # "approve", "deny", "resume"} (the commands that decide and continue it)

@@ -64,13 +64,20 @@ def runs(settings: Settings, *, plan: str | None = None, status: str | None = No
     """Run summaries, newest first: this project's (``all_projects``: every project's).
 
     Each has ``project``: the folder the run was started in (None for runs journaled
-    before planrun recorded it; those are listed with every project). Planning sessions of
+    before planrun recorded it; those are listed with every project); a ``running`` one
+    also ``driven`` (False: its process died, it waits for resume). Planning sessions of
     dead ``planrun plan`` processes are settled first (``refused``, code ``interrupted``).
     """
     def listed() -> list[dict[str, Any]]:
         with _reader(settings) as journal:
-            return list(journal.list_runs(plan=plan, status=status, limit=limit,
+            rows = list(journal.list_runs(plan=plan, status=status, limit=limit,
                                           project=None if all_projects else journal.project))
+            for r in rows:  # a running run whose process died waits for resume
+                if r.get("status") == "running":
+                    lease = journal.lease(r["run_id"])
+                    r["driven"] = lease is not None and (lease.held_by_this_process()
+                                                         or lease.driven())
+            return rows
 
     rows = listed()
     if not any(r.get("status") == "planning" for r in rows):

@@ -64,7 +64,10 @@ def runs(
     if as_json:
         ui.print_json(rows)
     else:
-        ui.print_runs(rows, here=api.project_key(settings) if not all_projects else None)
+        from ..journal.backends import shown_location
+
+        ui.print_runs(rows, here=api.project_key(settings) if not all_projects else None,
+                      journal=shown_location(settings.journal))
 
 
 def _without_tracebacks(event: dict[str, Any]) -> dict[str, Any]:

@@ -231,10 +231,13 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
     Failed steps are named with their error message either way.
     """
     c = m["counts"]
+    state = m["status"]
+    if m.get("driven") is False:
+        state += " (nobody drives it: its process is gone)"
     head = (f"run {m['run_id']} ({m['plan']['name']} r{m['plan']['revision']}): "
-            f"{m['status']} — {c['succeeded']}/{c['total']} succeeded")
+            f"{state} — {c['succeeded']}/{c['total']} succeeded")
     extra = [f"{c[k]} {k}" for k in ("partial", "failed", "skipped", "indeterminate",
-                                     "pending") if c.get(k)]
+                                     "running", "pending") if c.get(k)]
     if extra:
         head += ", " + ", ".join(extra)
     if m.get("duration_s") is not None:
@@ -289,22 +292,28 @@ def print_json_line(value: Any) -> None:
     sys.stdout.flush()
 
 
-def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None) -> None:
+def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None,
+               journal: str | None = None) -> None:
     """Run summaries, one line each (newest first), each with its project folder.
 
     ``here``: the project the list was filtered to (said once, in a heading), or None
-    when every project's runs are listed.
+    when every project's runs are listed. ``journal``: where they were looked for, said
+    when there are none (a cron job's ``PLANRUN_JOURNAL`` may not be the shell's).
     """
     if not rows:
-        out("no runs" + (f" in {here} (planrun runs --all: every project's)" if here else ""))
+        out("no runs" + (f" in {here}" if here else "")
+            + (f" in the journal {journal}" if journal else "")
+            + (" (planrun runs --all: every project's)" if here else ""))
         return
     if here:
         out(f"runs of {here} (--all: every project's)")
     for r in rows:
         c = r["counts"]
         where = f"  {r.get('project') or '?'}" if not here else ""
+        gone = "  (nobody drives it: planrun status shows what next)" \
+            if r.get("driven") is False else ""
         out(f"{r['run_id']}  {r['started_at']}  {r['status']:<11}  {r['plan']} "
-            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded{where}")
+            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded{where}{gone}")
 
 
 def print_plans(rows: Sequence[dict[str, Any]]) -> None:
