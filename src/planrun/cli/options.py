@@ -79,7 +79,8 @@ ApprovalTimeoutOpt = Annotated[float | None, typer.Option(
     "--approval-timeout", help="On a terminal, deny when nobody answers in this many "
     "seconds.", metavar="SECONDS", min=0, max=1e9)]
 MaxParallelOpt = Annotated[int | None, typer.Option(
-    "--max-parallel", help="Calls running at once (default: as journaled).", min=1,
+    "--max-parallel", help="Calls running at once (default: the plan's max_parallel, else "
+    "planrun.toml's, else 4; resume, retry, approve --resume: the run's own).", min=1,
     max=2**63 - 1)]
 ExecutorOpt = Annotated[str | None, typer.Option(
     "--executor", help="Where calls run: local (default: planrun.toml's executor), dask (a "
