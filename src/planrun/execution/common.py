@@ -146,9 +146,10 @@ def idempotency_key(*, plan: str, root_run_id: str, step: CheckedStep, item: int
         # The keys sort "arguments", "item", then the rest: the canonical text is spliced
         # around the arguments' and the item's, the rest written once a step (a fan-out's
         # items share it).
+        tail = _key_tail if item is not None else _key_tail.__wrapped__  # one key a step
         text = ('{"arguments":' + arguments_json + ',"item":'
                 + ("null" if item is None else str(int(item))) + ","
-                + _key_tail(plan, None if by_plan else root_run_id, step.id, step.tool.name))
+                + tail(plan, None if by_plan else root_run_id, step.id, step.tool.name))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
     scope: dict[str, Any] = {"scope": "plan"} if by_plan else {"root_run_id": root_run_id}
     args = {k: arguments[k] for k in keys if k in arguments} if keys is not None \
