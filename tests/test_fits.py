@@ -387,3 +387,43 @@ def test_no_kept_fit_depends_on_a_secret_parameters_schema(basic_project: Projec
         assert not [p for p in folder.iterdir() if value in p.read_text(errors="replace")]
     assert kept[0] == kept[1]
     assert kept[0]  # the registry's own schemas are still kept
+
+
+TAKE = """\
+tools:
+  take:
+    python: os:getcwd
+    arguments: {type: object, properties: {v: {}}, required: [v], additionalProperties: false}
+"""
+
+
+@pytest.mark.parametrize(("declared", "values"), [
+    ("{type: array, secret: true}", ('["a"]', '["a", "b"]')),
+    ("{type: object, secret: true}", ("{k: 1}", "{j: 1}")),
+    ("{type: number, secret: true}", ("1", "1.5")),
+    ("{type: string, secret: true}", ("a", "bb")),
+])
+@pytest.mark.parametrize("given", ["default", "-p"])
+def test_no_kept_fit_depends_on_a_secret_argument(project: Project, declared: str,
+                                                  values: tuple[str, str], given: str) -> None:
+    """Arguments holding a secret keep no fit, also none keyed by their shape: a shape
+    tells a list's length, an object's keys, an integer from a float (found by a fresh
+    helper: a shape fit confirmed a guessed secret)."""
+    import yaml
+
+    from planrun.validation import ParamInput
+
+    project.write("tools.yaml", TAKE)
+    kept = []
+    for value in values:
+        later_process()
+        decl = declared if given == "-p" else declared[:-1] + f", default: {value}}}"
+        plan = ("planrun: 1\ngoal: take\nparams:\n  s: " + decl
+                + "\nsteps:\n  - {id: b, tool: take, arguments: {v: \"{params.s}\"}}\n")
+        parsed = yaml.safe_load(value)
+        inp = ParamInput(file_values={"s": parsed}) if given == "-p" else None
+        report, checked = project.check(plan, registry=project.registry()[0], given=inp)
+        assert checked is not None, report
+        kept.append(sorted(kept_lines()))
+    assert kept[0] == kept[1]
+    assert kept[0]  # the registry's own schemas are still kept

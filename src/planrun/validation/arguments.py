@@ -147,16 +147,17 @@ def _may_keep(tool: ToolSpec, key: tuple[str, str, str], arguments: dict[str, An
               stored: Any) -> bool:
     """Whether this fit may be written for later processes (:mod:`planrun.fits`).
 
-    Not for a contract that uses ``format`` (:func:`_keepable`), and not for a fit keyed
-    by the value of arguments that hold a secret (``stored``, their reference form,
-    differs): its hash would let whoever reads the cache file confirm a guess of the
-    secret (SPEC §7: a secret's value lives only in the process's memory). A fit keyed
-    by the shape holds no value and is kept.
+    Not for a contract that uses ``format`` (:func:`_keepable`), and not for arguments
+    that hold a secret (``stored``, their reference form, differs): a fit keyed by their
+    value would let whoever reads the cache file confirm a guess of the secret, and one
+    keyed by their shape its length, its keys or its number type (SPEC §7: a secret's
+    value lives only in the process's memory; found by a fresh helper). Such a fit is
+    still remembered in this process.
     """
     traits = _traits(tool)
     if traits is None or not traits[1]:
         return False
-    return key[1] == "shape" or stored is None or stored is arguments or stored == arguments
+    return stored is None or stored is arguments or stored == arguments
 
 
 def _remember(key: tuple[str, str, str]) -> None:
