@@ -530,6 +530,20 @@ def test_a_killed_run_whose_process_is_not_reaped_is_not_held(tmp_path: Path) ->
 # --- log --follow -----------------------------------------------------------------------------
 
 
+def test_log_follow_of_a_run_nobody_drives_says_so(tmp_path: Path) -> None:
+    """``log --follow`` of a run whose process died ends at once, and says why (found by a
+    fresh user: it ended silently, as if the run had finished)."""
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    proc = start_waiting_run(app, gate)
+    proc.kill()
+    proc.communicate(timeout=60)
+    res = run(app, "log", "--follow")
+    assert res.returncode == 0, res
+    assert "still running but nobody drives it" in res.stderr
+    assert "step_started" in res.stdout
+
+
 def test_log_follow_prints_events_until_the_run_ends(tmp_path: Path) -> None:
     app = ops_project(tmp_path / "app")
     gate = tmp_path / "gate"

@@ -9,7 +9,7 @@ or migrate a journal.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .checking import project_key
@@ -133,13 +133,15 @@ def output(settings: Settings, run_ref: str, step: str, item: int | None = None)
 
 
 def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
-           after: int = 0) -> Iterator[dict[str, Any]]:
+           after: int = 0, ended: Callable[[str, str], None] | None = None
+           ) -> Iterator[dict[str, Any]]:
     """The run's events in order, then new ones as they are written, until the run ends.
 
     Ends when the run's status is no longer ``running`` (its last events read), or when
     nobody drives it any more (no lease, the lease expired, or its holder on this host
-    died). ``poll_s``: the
-    seconds between two reads of the journal.
+    died). ``poll_s``: the seconds between two reads of the journal. ``ended(run_id,
+    status)`` is called at the end, after the last event: ``status`` is the run's, or
+    ``"not driven"`` for a run still ``running`` that nobody drives (its process died).
 
     Raises:
         RunError: ``unknown_run`` (exit 5).
@@ -160,7 +162,10 @@ def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
         if row.status != "running" or not driven:
             with Journal(settings.journal, write=False) as journal:
                 tail = [e for e in journal.events(run_id) if e["id"] > last]
+                status = journal.run(run_id).status
             yield from tail
+            if ended is not None:
+                ended(run_id, "not driven" if status == "running" else status)
             return
         time.sleep(poll_s)
 

@@ -93,7 +93,12 @@ def log(
 
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
     if follow:
-        events_iter = api.follow(settings, run)
+        def ended(run_id: str, status: str) -> None:
+            if status == "not driven":  # a silent end would read as "it finished"
+                ui.err(f"planrun: run {run_id} is still running but nobody drives it (its "
+                       f"process is gone); planrun status {run_id} says what next")
+
+        events_iter = api.follow(settings, run, ended=ended)
         while True:
             event = guard(lambda: next(events_iter, None), verbose, as_json)
             if event is None:
