@@ -492,7 +492,9 @@ def test_status_and_runs_say_when_nobody_drives_a_running_run(tmp_path: Path) ->
     text = run(app, "status").stdout
     assert "running (nobody drives it: its process is gone)" in text
     assert "1 running" in text
-    assert "nobody drives it" in run(app, "runs").stdout
+    listed = run(app, "runs").stdout
+    assert "nobody drives it" in listed
+    assert "succeeded, 1 running" in listed
     assert json.loads(run(app, "runs", "--json").stdout)[0]["driven"] is False
 
 

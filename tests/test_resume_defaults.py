@@ -92,6 +92,7 @@ def test_resume_without_a_secret_says_to_give_it_again(tmp_path: Path, journal: 
     assert "error[param_missing]" in res.stderr
     assert "needs its secret parameter(s) 'word' again" in res.stderr
     assert "-p word=VALUE" in res.stderr
+    assert "PLANRUN_PARAM_word" in res.stderr
     assert "no longer passes validation" not in res.stderr
     explained = planrun(mine, journal, "resume", "--explain")
     assert "resume needs the secret parameter(s) word again" in explained.stdout

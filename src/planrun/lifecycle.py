@@ -136,8 +136,9 @@ def _replan(journal: Journal, settings: Settings, row: RunRecord,
                           f"{', '.join(map(repr, secrets))} again: a secret is never "
                           "journaled", code="param_missing", report=Report(plans=[report]),
                           hint="Give " + " ".join(f"-p {n}=VALUE" for n in secrets)
-                          + " to this command (or --params-file, or PLANRUN_PARAM_"
-                          f"{secrets[0]}); nothing else of the plan changed.")
+                          + " to this command (or --params-file, or "
+                          + ", ".join(f"PLANRUN_PARAM_{n}" for n in secrets)
+                          + "); nothing else of the plan changed.")
         raise Refused(f"run {row.run_id}'s plan no longer passes validation",
                       code=report.issues[0].code if report.issues else "refused",
                       report=Report(plans=[report]))

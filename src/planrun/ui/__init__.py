@@ -312,8 +312,10 @@ def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None,
         where = f"  {r.get('project') or '?'}" if not here else ""
         gone = "  (nobody drives it: planrun status shows what next)" \
             if r.get("driven") is False else ""
+        running = f", {c['running']} running" if r.get("driven") is False and c.get(
+            "running") else ""
         out(f"{r['run_id']}  {r['started_at']}  {r['status']:<11}  {r['plan']} "
-            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded{where}{gone}")
+            f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded{running}{where}{gone}")
 
 
 def print_plans(rows: Sequence[dict[str, Any]]) -> None:
