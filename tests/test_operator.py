@@ -251,6 +251,13 @@ def ops_project(folder: Path) -> Path:
     return folder
 
 
+def killed_waiting_run(project: Path, gate: Path) -> None:
+    """:func:`start_waiting_run`, SIGKILLed mid-call (and reaped): a run nobody drives."""
+    proc = start_waiting_run(project, gate)
+    proc.kill()
+    proc.communicate(timeout=60)
+
+
 def start_waiting_run(project: Path, gate: Path) -> subprocess.Popen[str]:
     """``planrun execute wait`` in the background, returned once its tool is running."""
     proc = subprocess.Popen([sys.executable, "-m", "planrun", "execute", "wait", "-p",
@@ -447,9 +454,7 @@ def test_prune_keeps_an_unfinished_run_unless_its_status_is_named(tmp_path: Path
 
     app = ops_project(tmp_path / "app")
     gate = tmp_path / "gate"
-    proc = start_waiting_run(app, gate)
-    proc.kill()  # SIGKILL mid-call: the run stays running, its step unsettled
-    proc.communicate(timeout=60)
+    killed_waiting_run(app, gate)  # the run stays running, its step unsettled
     dead = json.loads(run(app, "runs", "--json").stdout)[0]
     assert dead["status"] == "running"
     done = json.loads(run(app, "execute", "hello", "--approve", "publish", "--json").stdout)
@@ -537,9 +542,7 @@ def test_log_follow_of_a_run_nobody_drives_says_so(tmp_path: Path) -> None:
     fresh user: it ended silently, as if the run had finished)."""
     app = ops_project(tmp_path / "app")
     gate = tmp_path / "gate"
-    proc = start_waiting_run(app, gate)
-    proc.kill()
-    proc.communicate(timeout=60)
+    killed_waiting_run(app, gate)
     res = run(app, "log", "--follow")
     assert res.returncode == 0, res
     assert "still running but nobody drives it" in res.stderr

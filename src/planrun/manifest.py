@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from .journal import Journal, RunRecord, count_summary
+from .journal.records import driven
 
 #: Run statuses from which ``planrun resume`` continues.
 RESUMABLE = ("interrupted", "running")
@@ -158,10 +159,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         "next": nxt,
     }
     if status == "running":
-        # Whether a live process drives it; False: it died (SIGKILL, power cut) and waits
-        # for resume (or resolve). Only a running run has it.
-        lease = run.lease
-        out["driven"] = lease is not None and (lease.held_by_this_process() or lease.driven())
+        # False: its process died (SIGKILL, power cut); it waits for resume (or resolve)
+        out["driven"] = driven(run.lease)
     if approval is not None:
         # only for a run awaiting approval: {"waiting": [{"step", "tool", "reason"}],
         # "approve", "deny", "resume"} (the commands that decide and continue it)

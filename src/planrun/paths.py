@@ -328,6 +328,18 @@ def plan_names(plans_dir: Path) -> list[str]:
         return []
 
 
+def _refuse_not_regular(candidate: Path, shown: str) -> None:
+    """PlanLookupError when ``candidate`` is there but a FIFO, a device or a socket.
+
+    Such a file is never opened (a FIFO would be waited on); a folder is just not a plan.
+    """
+    if probe(candidate) and not probe(candidate, "is_dir"):
+        raise PlanLookupError(Issue(
+            code="not_found", file=shown,
+            message=f"the plan file {candidate} is not a regular file (a FIFO, a device or "
+            "a socket)"))
+
+
 def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
     r"""The file for plan ``name`` (SPEC §3 "Plan lookup").
 
@@ -343,11 +355,7 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
         candidate = here / name
         if probe(candidate, "is_file"):
             return candidate
-        if probe(candidate) and not probe(candidate, "is_dir"):
-            raise PlanLookupError(Issue(
-                code="not_found", file=shown,
-                message=f"the plan file {candidate} is not a regular file (a FIFO, a device "
-                "or a socket)"))
+        _refuse_not_regular(candidate, shown)
         raise PlanLookupError(Issue(
             code="bad_name", file=shown,
             message=f"plan name {shown!r} may not contain '/', '\\' or '..' (a plan is "
@@ -359,12 +367,8 @@ def find_plan(name: str, plans_dir: Path, cwd: Path | None = None) -> Path:
     for candidate in candidates:
         if probe(candidate, "is_file"):
             return candidate
-    for candidate in candidates:  # there, but a FIFO or a device: never waited on
-        if probe(candidate) and not probe(candidate, "is_dir"):
-            raise PlanLookupError(Issue(
-                code="not_found", file=shown,
-                message=f"the plan file {candidate} is not a regular file (a FIFO, a device "
-                "or a socket)"))
+    for candidate in candidates:
+        _refuse_not_regular(candidate, shown)
     existing = plan_names(plans_dir)
     if not probe(plans_dir, "is_dir"):
         raise PlanLookupError(Issue(

@@ -68,15 +68,15 @@ def runs(settings: Settings, *, plan: str | None = None, status: str | None = No
     also ``driven`` (False: its process died, it waits for resume). Planning sessions of
     dead ``planrun plan`` processes are settled first (``refused``, code ``interrupted``).
     """
+    from .journal.records import driven
+
     def listed() -> list[dict[str, Any]]:
         with _reader(settings) as journal:
             rows = list(journal.list_runs(plan=plan, status=status, limit=limit,
                                           project=None if all_projects else journal.project))
             for r in rows:  # a running run whose process died waits for resume
                 if r.get("status") == "running":
-                    lease = journal.lease(r["run_id"])
-                    r["driven"] = lease is not None and (lease.held_by_this_process()
-                                                         or lease.driven())
+                    r["driven"] = driven(journal.lease(r["run_id"]))
             return rows
 
     rows = listed()
@@ -218,11 +218,11 @@ def prune(settings: Settings, *, older_than: str, status: str | None = None,
     with _reader(settings, write=not dry_run) as journal:
         if journal.conn is None:
             return nothing
-        where = {"before": before, "plan": plan,
-                 "project": None if all_projects else journal.project}
-        rows = journal.select_runs(status=status, unfinished=status is not None, **where)
-        kept = [] if status is not None else [
-            r[0] for r in journal.select_runs(**where) if r[1] in UNFINISHED]
+        found = journal.select_runs(before=before, status=status, plan=plan,
+                                    project=None if all_projects else journal.project)
+        # a named status takes its runs, unfinished or not; else unfinished ones are kept
+        kept = [] if status is not None else [r[0] for r in found if r[1] in UNFINISHED]
+        rows = [r for r in found if r[0] not in kept]
         ids = [r[0] for r in rows]
         runs = [{"run_id": r[0], "status": r[1], "plan": r[2], "created_at": r[3]}
                 for r in rows]

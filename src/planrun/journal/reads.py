@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import RunError
-from .base import MIN_PREFIX, UNFINISHED, JournalBase, _reads, count_summary
+from .base import MIN_PREFIX, JournalBase, _reads, count_summary
 from .records import (
     ApprovalRecord,
     EventRecord,
@@ -362,13 +362,10 @@ class ReadsMixin(JournalBase):
 
     @_reads
     def select_runs(self, *, before: str, status: str | None = None, plan: str | None = None,
-                    project: str | None = None, unfinished: bool = True
-                    ) -> list[tuple[str, str, str, str]]:
+                    project: str | None = None) -> list[tuple[str, str, str, str]]:
         """(run id, status, plan name, created at) of runs created before ``before``.
 
-        Optionally filtered; ``unfinished=False`` leaves out the runs that may still go on
-        (``running``, ``interrupted``, ``awaiting_approval``: see :data:`UNFINISHED`).
-        Oldest first.
+        Optionally filtered; oldest first.
         """
         sql = "SELECT run_id, status, plan_name, created_at FROM runs WHERE created_at < ?"
         args: list[Any] = [before]
@@ -376,9 +373,6 @@ class ReadsMixin(JournalBase):
             if value:
                 sql += f" AND {column} = ?"
                 args.append(value)
-        if not unfinished:
-            sql += f" AND status NOT IN ({', '.join('?' for _ in UNFINISHED)})"
-            args.extend(UNFINISHED)
         if project:
             sql += " AND (project = ? OR project IS NULL)"
             args.append(project)

@@ -155,6 +155,15 @@ class Lease:
         return _owner_pid(self.owner) == os.getpid()
 
 
+def driven(lease: Lease | None) -> bool:
+    """Whether a live process drives the run of ``lease`` (this one included).
+
+    That is, an unexpired holder not known dead: a run whose process died shows
+    ``running`` until it is resumed.
+    """
+    return lease is not None and (lease.held_by_this_process() or lease.driven())
+
+
 def lease_record(row: Sequence[Any]) -> Lease:
     """(owner, epoch, until, until less the database clock, boot id, start ticks, …)."""
     owner, epoch, until, remaining, boot, start = row[:6]
