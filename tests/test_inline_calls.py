@@ -201,6 +201,34 @@ def test_any_other_tool_runs_in_threads(proj: Project) -> None:
     assert mains(proj, m) == [False, False, False]
 
 
+@pytest.mark.parametrize("tool", ["where", "where_t"])
+def test_a_chain_commits_once_a_step(proj: Project, monkeypatch: pytest.MonkeyPatch,
+                                     tool: str) -> None:
+    """Each step's outcome shares its successor's dispatch commit (issue 16).
+
+    On the loop's thread the next step's dispatch is committed at once, without a turn of
+    the loop; the scheduler's own commit after that dispatch must not then commit the
+    step's outcome alone (a second commit a step). In a thread, as before.
+    """
+    from planrun.journal.backends import sqlite as backend
+
+    steps = 30
+    proj.write_plan("p", chain(tool, ["{}"] * steps))
+    commits: list[int] = []
+    real = backend.SqliteBackend.transaction
+
+    def counted(self: Any, conn: Any) -> Any:
+        commits.append(1)
+        return real(self, conn)
+
+    monkeypatch.setattr(backend.SqliteBackend, "transaction", counted)
+    m = execute_plan(proj, "p")
+    assert m["status"] == "completed", m
+    assert mains(proj, m) == [tool == "where"] * steps
+    # the run's own records (journaling the run, the lease, its end) take a handful
+    assert steps <= len(commits) < steps + 8, len(commits)
+
+
 def test_a_tool_keeping_state_bound_to_its_thread_works_on_every_call(
         proj: Project) -> None:
     """A module-level sqlite3 connection made on the first call: nothing is guessed, so

@@ -48,6 +48,9 @@ class RunParts:
     _batch: asyncio.Future[None] | None
     _batch_timer: asyncio.TimerHandle | None
     _running: dict[asyncio.Task[None], str]
+    #: The commit of deferred records the scheduler asked for after its last dispatch
+    #: (``Executor._commit_pending``), until it runs or a dispatch commit makes it moot.
+    _commit_soon: asyncio.Handle | None
     #: Steps whose task waits for a slot (pool or ``max_parallel``), in dispatch order.
     _slot_waiters: dict[str, CheckedStep]
     _loop: asyncio.AbstractEventLoop

@@ -252,6 +252,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
         self._sem = asyncio.Semaphore(self.max_parallel)
         self._pools = {name: asyncio.Semaphore(n) for name, n in self.pools.items()}
         self._running = {}
+        self._commit_soon = None
         self._slot_waiters = {}
         loop = self._loop = asyncio.get_running_loop()
         # Signals reach the main thread only (and only there may handlers be set): a run
@@ -338,7 +339,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
                 if self.journal.pending_writes:
                     # Let the tasks just created write their dispatch records (which carry
                     # the deferred outcomes in the same commit), then commit what is left.
-                    self._loop.call_soon(self._commit_pending)
+                    self._commit_soon = self._loop.call_soon(self._commit_pending)
                 return
             if self.signal_exit is not None or self.lost or self.awaiting:
                 break  # interrupted or awaiting: what was not dispatched stays pending
@@ -408,6 +409,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
 
     def _commit_pending(self) -> None:
         """Commit what is deferred before waiting on calls that may take long."""
+        self._commit_soon = None
         if self.journal.pending_writes and not self.lost:
             try:
                 self.journal.flush()
