@@ -11,6 +11,7 @@ Real processes; the run is cut short by planrun's own SIGKILL (``PLANRUN_TEST_CR
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -97,3 +98,27 @@ def test_resume_without_a_secret_says_to_give_it_again(tmp_path: Path, journal: 
     explained = planrun(mine, journal, "resume", "--explain")
     assert "resume needs the secret parameter(s) word again" in explained.stdout
     assert planrun(mine, journal, "resume", "-p", "word=hello").returncode == 0
+
+
+def test_a_resume_refused_by_a_changed_contract_points_by_pointer(tmp_path: Path,
+                                                                 journal: Path) -> None:
+    """The journaled plan is no file anyone can open: its issues have no line (SPEC §4),
+    and the refusal says what to do (found by a fresh operator: it named line 39 of a
+    24-line plan file)."""
+    mine = project(tmp_path / "mine", secret=False)
+    crashed(mine, journal)
+    tools = mine / "tools.yaml"
+    tools.write_text(tools.read_text().replace("{text: {type: string}}",
+                                               "{text: {type: integer}}"))
+    res = planrun(mine, journal, "resume")
+    assert res.returncode == 3, res
+    assert "error[arguments]" in res.stderr
+    assert "(plans/p.yaml): error[arguments]" in res.stderr  # no :LINE:COLUMN after it
+    assert "/steps/1/arguments/text" in res.stderr
+    assert "as journaled from plans/p.yaml" in res.stderr
+    assert "planrun resume" in res.stderr
+    assert "tools.yaml" in res.stderr
+    refused = planrun(mine, journal, "resume", "--json")
+    issues = [i for p in json.loads(refused.stdout)["plans"] for i in p["issues"]]
+    assert {(i["line"], i["column"]) for i in issues} == {(None, None)}
+    assert "/steps/1/arguments/text" in {i["path"] for i in issues}

@@ -118,7 +118,7 @@ def journaled_plan(settings: Settings, row: RunRecord, given: ParamInput | None
 
 
 def _replan(journal: Journal, settings: Settings, row: RunRecord,
-            given: ParamInput | None) -> CheckedPlan:
+            given: ParamInput | None, verb: str = "resume") -> CheckedPlan:
     """:func:`journaled_plan`, or ``plan_refused`` journaled and :class:`Refused` raised.
 
     Raises:
@@ -139,9 +139,15 @@ def _replan(journal: Journal, settings: Settings, row: RunRecord,
                           + " to this command (or --params-file, or "
                           + ", ".join(f"PLANRUN_PARAM_{n}" for n in secrets)
                           + "); nothing else of the plan changed.")
-        raise Refused(f"run {row.run_id}'s plan no longer passes validation",
+        raise Refused(f"run {row.run_id}'s plan (as journaled from {row.plan_file}) no "
+                      "longer passes validation against the current tools.yaml and "
+                      "policy",
                       code=report.issues[0].code if report.issues else "refused",
-                      report=Report(plans=[report]))
+                      report=Report(plans=[report]),
+                      hint="The issues point into the journaled plan by JSON Pointer. "
+                      "Put the tool contracts or policy back as they were when the run "
+                      f"started, then planrun {verb} {row.run_id}; or start the plan "
+                      "anew with planrun execute.")
     return plan
 
 

@@ -87,17 +87,24 @@ class Document:
     _json: _JsonIndex | None = field(default=None, repr=False)
     #: writes :attr:`text` when it is first needed (:meth:`of_data`), else None
     _render: Callable[[], str] | None = field(default=None, repr=False)
+    #: False for :meth:`of_data`: no file anyone can open holds the text, so an issue has
+    #: no line or column (SPEC §4: null where the problem has no node in the file), only
+    #: its JSON Pointer.
+    _located: bool = field(default=True, repr=False)
 
     @classmethod
     def of_data(cls, data: Any, file: str) -> Document:
         """A JSON document made from data (a plan the journal holds), not read from a file.
 
-        Its text — the data as indented JSON, only for locating issues — is written when
-        an issue is first located: Python writes indented JSON without its C encoder,
-        which for a 10,000-step plan took 156 ms of a resume's start (issue 16).
+        Its issues have no line or column: the journaled plan is no file a person could
+        open at that line (the plan file may have changed since, or be gone), so they are
+        located by their JSON Pointer alone (``path``). Its text, the data as indented
+        JSON, is written only when asked for (:meth:`source`): Python writes indented JSON
+        without its C encoder, which for a 10,000-step plan took 156 ms of a resume's
+        start (issue 16).
         """
         return cls(data=data, file=file, text="", kind="json",
-                   _render=lambda: json.dumps(data, indent=2))
+                   _render=lambda: json.dumps(data, indent=2), _located=False)
 
     def source(self) -> str:
         """The source text (written first for :meth:`of_data`)."""
@@ -141,7 +148,7 @@ class Document:
         Walks down as far as the pointer resolves, so a pointer at a missing key points at
         the closest enclosing node. Returns (None, None) if the text cannot be composed.
         """
-        if ptr is None:
+        if ptr is None or not self._located:
             return None, None
         if self.kind == "json":
             return self._json_at(ptr, key=False)
@@ -157,6 +164,8 @@ class Document:
 
         For issues about a key itself, e.g. an undeclared argument.
         """
+        if not self._located:
+            return None, None
         if self.kind == "json":
             return self._json_at(ptr, key=True)
         tokens = split_pointer(ptr)

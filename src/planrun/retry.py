@@ -77,7 +77,7 @@ def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
                  keep_going: bool, progress: Any, from_step: str | None = None
                  ) -> RunOutcome:
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
-    plan = _replan(journal, settings, row, given)
+    plan = _replan(journal, settings, row, given, verb="retry")
     again: set[str] = set()
     if from_step is not None:
         again = _from_and_after(plan, from_step)
