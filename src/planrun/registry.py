@@ -78,8 +78,28 @@ def strict_validator(schema: dict[str, Any] | bool) -> Validator:
     if _STRICT_CLASS is None:
         _STRICT_CLASS = _strict_validator_class()
         _FORMAT_CHECKER = _format_checker()
-    v: Validator = _STRICT_CLASS(_without_dialects(schema), format_checker=_FORMAT_CHECKER)
+    v: Validator = _STRICT_CLASS(_without_dialects(schema), format_checker=_FORMAT_CHECKER,
+                                 registry=_no_retrieval())
     return v
+
+
+@lru_cache(maxsize=1)
+def _no_retrieval() -> Any:
+    """A ``referencing`` registry that fetches nothing: a reference is local or unresolved.
+
+    jsonschema's default registry retrieves any URI it does not know with ``urlopen``
+    (``file://`` and ``http://`` included): a plan's parameter schema with
+    ``$dynamicRef: "file:///…"`` made ``validate`` read the file into its message, or
+    send a request (found by attack). :func:`schema_problems` refuses such references
+    before a schema is used; this registry makes sure none is ever fetched.
+    """
+    from referencing import Registry
+    from referencing.exceptions import NoSuchResource
+
+    def retrieve(uri: str) -> Any:
+        raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
+
+    return Registry(retrieve=retrieve)  # type: ignore[call-arg]
 
 
 #: Keywords whose value is data, never a subschema (a ``$schema`` key there is data).
@@ -157,8 +177,16 @@ def _schema_problems(schema: dict[str, Any] | bool) -> list[tuple[str, str]]:
     return problems or _ref_loops(schema)
 
 
+#: Keywords whose value is a reference to a schema (``$recursiveRef``: 2019-09's, which
+#: 2020-12 ignores; refused all the same if it leads elsewhere).
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
 def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
-    """Every ``$ref`` must resolve inside the schema (nothing is fetched from elsewhere)."""
+    """Every reference must resolve inside the schema: nothing is fetched from elsewhere.
+
+    ``$ref``, ``$dynamicRef`` and ``$recursiveRef`` alike (no file, no network).
+    """
     from referencing import Registry
     from referencing.exceptions import Unresolvable
     from referencing.jsonschema import DRAFT202012
@@ -171,13 +199,15 @@ def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
     while stack:
         node, ptr = stack.pop()
         if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str):
-                try:
-                    resolver.lookup(ref)
-                except Unresolvable:
-                    out.append((ptr + "/$ref", f"$ref {ref!r} does not resolve inside this "
-                                "schema (only local references like #/$defs/NAME)"))
+            for kw in _REF_KEYWORDS:
+                ref = node.get(kw)
+                if isinstance(ref, str):
+                    try:
+                        resolver.lookup(ref)
+                    except Unresolvable:
+                        out.append((f"{ptr}/{kw}", f"{kw} {ref!r} does not resolve inside "
+                                    "this schema (only local references like "
+                                    "#/$defs/NAME)"))
             for k, v in node.items():
                 if k not in _DATA_KEYWORDS:
                     stack.append((v, f"{ptr}/{pointer_escape(k)}"))
