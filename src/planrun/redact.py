@@ -225,6 +225,11 @@ class Secrets:
     def __bool__(self) -> bool:
         return bool(self._tokens or self._numbers)
 
+    @property
+    def longest(self) -> int:
+        """Characters of the longest spelling of a secret found in text (0: none)."""
+        return self._longest
+
     def _swap(self, m: re.Match[str]) -> str:
         found = m.group()
         return self._tokens.get(found) or ESC + found
@@ -270,6 +275,26 @@ class Secrets:
 
 #: No secrets: what text is concealed with outside a run (markers are still escaped).
 NO_SECRETS = Secrets({})
+
+
+def conceal_tail(data: bytes, secrets: Secrets, size: int) -> str:
+    """The last ``size`` characters of ``data`` in reference form, no part of a secret kept.
+
+    ``data`` is UTF-8 (bytes that do not decode become U+FFFD). A window of the bytes is
+    decoded that holds at least ``size`` characters more than the longest spelling of a
+    secret; the secrets in it are concealed; then the start of the window, where the end
+    of a secret the window cut off may stand unrecognised, is dropped (as long as the
+    longest spelling), and the last ``size`` characters kept, never cutting a reference
+    (:func:`cut_tail`). Cutting first and concealing after, or counting the window in
+    bytes and the tail in characters, left the end of a secret in clear (found by attack:
+    16 characters of a 36-character secret before 1,520 emoji).
+    """
+    longest = secrets.longest
+    window = 4 * (size + longest) + 4  # a character is at most 4 bytes of UTF-8
+    text = secrets.conceal_text(data[-window:].decode("utf-8", "replace"))
+    if len(data) > window:  # the window's start may hold the end of a secret
+        text = cut_tail(text, max(len(text) - longest - 1, 0))
+    return cut_tail(text, size)
 
 
 def cut_tail(text: str, size: int) -> str:

@@ -133,13 +133,12 @@ def _secrets(secrets: Secrets | None) -> Secrets:
 
 
 def _tail(data: bytes, secrets: Secrets) -> str:
-    """The last :data:`STDERR_TAIL_BYTES` of output, in reference form.
+    """The last :data:`STDERR_TAIL_BYTES` characters of output, in reference form.
 
-    Secrets are found *before* the cut, and the cut never splits a reference, so that no
-    fragment of a secret survives at the edge.
+    Secrets are found *before* the cut, and no fragment of one survives at the edge
+    (:func:`planrun.redact.conceal_tail`).
     """
-    window = data[-(STDERR_TAIL_BYTES + 4096):].decode("utf-8", "replace")
-    return redact.cut_tail(secrets.conceal_text(window), STDERR_TAIL_BYTES).strip()
+    return redact.conceal_tail(data, secrets, STDERR_TAIL_BYTES).strip()
 
 
 def _describe(exc: BaseException, secrets: Secrets) -> str:

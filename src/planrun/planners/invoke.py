@@ -66,12 +66,18 @@ def ask(planner: Planner, request: dict[str, Any], secrets: Secrets) -> Any:
 
 
 def _tail(data: bytes, secrets: Secrets) -> str:
-    from ..redact import display_text
+    """The planner's last :data:`STDERR_TAIL_CHARS` characters of stderr, secrets hidden.
 
-    text = data.decode("utf-8", "replace").strip()
-    if len(text) > STDERR_TAIL_CHARS:
-        text = "…" + text[-STDERR_TAIL_CHARS:]
-    return display_text(secrets.conceal_text(text))
+    Concealed before the cut, never after it (:func:`planrun.redact.conceal_tail`): a cut
+    through a secret would leave its end in clear.
+    """
+    from ..redact import conceal_tail, display_text
+
+    data = data.strip()
+    text = conceal_tail(data, secrets, STDERR_TAIL_CHARS)
+    if len(data.decode("utf-8", "replace")) > STDERR_TAIL_CHARS:
+        text = "…" + text
+    return display_text(text)
 
 
 def _kill_group(pgid: int) -> None:
