@@ -555,3 +555,68 @@ def test_cli_start_up_does_not_import_mcp() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+# --- what a client is sent (found by attack) --------------------------------------------------
+
+
+def test_a_short_secret_leaves_ids_statuses_and_counts_as_they_are(
+        agent_project: Path) -> None:
+    """SPEC §7: run ids, statuses, codes and planrun's own words are never masked,
+    however short the secret: ``"e"`` made ``"status": "compl***t***d"`` and a run id no
+    client could use."""
+    import re
+
+    async def body(session: ClientSession) -> Any:
+        ran = await _call(session, "execute_plan", plan="hello",
+                          params={"who": "agent", "token": "e"})
+        status = await _call(session, "run_status", run=ran.structured_content["run_id"])
+        return ran, status
+
+    ran, status = _serve(agent_project, body)
+    data = ran.structured_content
+    assert re.fullmatch(r"[0-9a-f]{16}", data["run_id"]), data["run_id"]
+    assert data["status"] == "completed"
+    assert isinstance(data["manifest"]["counts"]["total"], int)
+    assert data["run_id"] in ran.content[0].text
+    assert "completed" in ran.content[0].text
+    assert status.structured_content["run_id"] == data["run_id"]
+    assert _effects(agent_project)[-1] == "shout e"
+    # the secret itself is still hidden where a tool echoed it
+    assert status.structured_content["steps"][1]["id"] == "loud"
+
+
+def test_a_message_with_a_lone_surrogate_is_sent_escaped(agent_project: Path) -> None:
+    """A tool's error naming an undecodable file name (``os.listdir`` keeps its byte as
+    a lone surrogate): the SDK could not send the answer and the session stopped
+    answering; ``planrun report`` failed on the same run."""
+    (agent_project / "tools.yaml").write_text(TOOLS + """\
+  latin:
+    python: agenttools:latin
+    description: Fails naming a file name that is not UTF-8.
+    arguments: {type: object, additionalProperties: false}
+""")
+    (agent_project / "agenttools.py").write_text(MODULE + '''
+
+def latin():
+    raise ValueError("file name not UTF-8: " + b"caf\\xe9.txt".decode("utf-8", "surrogateescape"))
+''')
+    (agent_project / "planrun.toml").write_text(CONFIG.replace('"hold"]', '"hold", "latin"]'))
+    (agent_project / "plans" / "latin.yaml").write_text(
+        "planrun: 1\nname: latin\ngoal: fail\nsteps:\n  - {id: l, tool: latin}\n")
+
+    async def body(session: ClientSession) -> Any:
+        ran = await _call(session, "execute_plan", plan="latin")
+        run_id = ran.structured_content["run_id"]
+        return (ran, await _call(session, "run_status", run=run_id),
+                await _call(session, "run_log", run=run_id))
+
+    ran, status, log = _serve(agent_project, body)
+    assert ran.structured_content["status"] == "failed"
+    for result in (ran, status, log):  # the surrogate as its escape: \\udce9, as text
+        sent = json.dumps(result.structured_content, ensure_ascii=False)
+        assert "caf\\\\udce9.txt" in sent, result
+    out = agent_project.parent / "r.html"
+    res = _cli(agent_project, "report", ran.structured_content["run_id"], "--out", str(out))
+    assert res.returncode == 0, res
+    assert "caf\\udce9.txt" in out.read_text(encoding="utf-8")

@@ -182,6 +182,23 @@ class Document:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def utf8_text(text: str) -> str:
+    r"""``text`` with each lone surrogate written as its escape (``\udce9``), else as it is.
+
+    A lone surrogate (half of a UTF-16 pair, or a byte of an undecodable file name kept by
+    ``surrogateescape``) has no UTF-8 form: a tool's message holding one is journaled as
+    a JSON escape, and whatever writes that text out as UTF-8 (the report file, the MCP
+    server's answers) must escape it or fail.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def has_surrogate(text: str) -> bool:
     """Whether ``text`` holds a lone UTF-16 surrogate (not a character; cannot be UTF-8)."""
     return not text.isascii() and _SURROGATE.search(text) is not None

@@ -125,23 +125,78 @@ class Driver:
                     raise
 
 
+#: Fields whose values are planrun's own words: ids, statuses, codes, kinds, times, counts
+#: (SPEC §7: never masked, however short the secret). A value under them comes from the
+#: journal or from planrun, where a secret is a reference already.
+_PLANRUN_WORDS = frozenset({
+    "run_id", "root_run_id", "parent_run_id", "id", "step", "step_id", "tool", "status",
+    "code", "kind", "severity", "revision", "digest", "key", "idempotency_key",
+    "created_at", "started_at", "finished_at", "ts", "next", "exit_status", "run",
+})
+
+
 def _secrets_shown(value: Any, secrets: dict[str, Any]) -> Any:
-    """``value`` as a client sees it: every secret parameter's value as ``***``."""
-    value = redact.display(value)  # the references planrun stores, as ***
-    if secrets:  # then a value the client gave, wherever it is echoed
-        value = redact.display(redact.Secrets(secrets).conceal(value))
-    return value
+    r"""``value`` as a client sees it: every secret parameter's value as ``***``.
+
+    The references planrun stores are shown as ``***``; then a value the client gave is
+    concealed wherever it may be echoed (strings), except in planrun's own words
+    (:data:`_PLANRUN_WORDS`, keys, numbers and booleans), which a short or numeric secret
+    garbled (``"status": "compl***t***d"``, a run id no client could use; found by
+    attack). Text that does not encode as UTF-8 (a lone surrogate from an undecodable
+    file name in a tool's message) is shown with the surrogate escaped (``\udce9``):
+    the SDK could not send it and the session stopped answering.
+    """
+    from .loading import utf8_text
+
+    found = redact.Secrets(secrets) if secrets else None
+
+    def walk(v: Any, word: bool) -> Any:
+        if isinstance(v, str):
+            v = redact.display_text(v)  # the references planrun stores, as ***
+            if found is not None and not word:
+                v = redact.display_text(found.conceal_text(v))
+            return utf8_text(v)
+        if isinstance(v, dict):
+            return {utf8_text(redact.display_text(k)) if isinstance(k, str) else k:
+                    walk(x, isinstance(k, str) and k in _PLANRUN_WORDS)
+                    for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [walk(x, word) for x in v]
+        return v
+
+    return walk(value, False)
 
 
 def _result(data: Any, summary: str, *, error: bool = False,
             secrets: dict[str, Any] | None = None) -> CallToolResult:
+    from .loading import utf8_text
+
     shown = _secrets_shown(data, secrets or {})
+    keep = sorted({w for w in _words(shown) if w in summary}, key=len, reverse=True)
     text = redact.display_text(summary)
     if secrets:
-        text = redact.display_text(redact.Secrets(secrets).conceal_text(text))
+        text = redact.display_text(redact.Secrets(secrets).conceal_text(text, keep=keep))
+    text = utf8_text(text)
     structured = shown if isinstance(shown, dict) else {"result": shown}
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=structured, is_error=error)
+
+
+def _words(value: Any) -> set[str]:
+    """The strings of ``value`` under :data:`_PLANRUN_WORDS` keys (kept in a summary)."""
+    out: set[str] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k in _PLANRUN_WORDS and isinstance(x, str):
+                    out.add(x)
+                elif isinstance(x, dict | list):
+                    stack.append(x)
+        elif isinstance(v, list):
+            stack.extend(v)
+    return out
 
 
 def _failure(exc: PlanrunError, secrets: dict[str, Any] | None = None) -> CallToolResult:

@@ -50,6 +50,9 @@ def save(path: str | os.PathLike[str], text: str) -> Path:
         UsageError: the folder does not exist or cannot be written, ``path`` is a
             folder, or writing fails (a full disk) (``usage``, exit 2).
     """
+    from ..loading import utf8_text
+
+    text = utf8_text(text)  # a tool's message may hold a lone surrogate (a file name)
     target = Path(path)
     tmp: str | None = None
     try:
