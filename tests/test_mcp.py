@@ -458,10 +458,16 @@ def test_arguments_against_the_input_schema_are_usage_errors_in_the_documented_s
                 await _call(session, "execute_plan"),
                 await _call(session, "list_runs", limit="many"),
                 await _call(session, "run_status", run=["a"]),
-                await _call(session, "run_output", step="x", item=-1)]
+                await _call(session, "run_output", step="x", item=-1),
+                # found by attack: a NUL in a name, an index past 64 bits (tracebacks)
+                await _call(session, "validate_plan", plan="a/\u0000"),
+                await _call(session, "validate_plan", plan="a\u0000"),
+                await _call(session, "run_output", step="x", item=10**23),
+                await _call(session, "run_status", run="ab\u0000cd")]
 
     results = _serve(agent_project, body)
-    for result, words in zip(results, ["plan", "plan", "limit", "run", "item"], strict=True):
+    for result, words in zip(results, ["plan", "plan", "limit", "run", "item", "plan", "plan",
+                                       "item", "run"], strict=True):
         assert result.is_error is True
         error = result.structured_content["error"]
         assert (error["code"], error["exit_status"]) == ("usage", 2)

@@ -57,23 +57,28 @@ INSTRUCTIONS = (
     "run ends 'awaiting_approval' and a person runs 'planrun approve RUN'; then call "
     "resume_run. Read runs with run_status, run_log, run_output.")
 
+#: Names and paths hold no NUL (no file name can; ``os.path`` raised ValueError on one).
+NO_NUL = r"^[^\x00]*$"
 PlanRef = Annotated[str, Field(
     description="A plan name (in the project's plans folder) or a plan file path "
-    "(relative to the project folder).", min_length=1)]
+    "(relative to the project folder).", min_length=1, pattern=NO_NUL)]
 Params = Annotated[dict[str, Any] | None, Field(
     description="Parameter values by name (native JSON values, like a --params-file). "
     "Values of secret parameters are shown as *** in every result.")]
 RunRef = Annotated[str, Field(
     description="Run id, unique prefix (4+ characters) or 'last' (this project's latest "
-    "run).", min_length=1)]
+    "run).", min_length=1, pattern=NO_NUL)]
 
 # Exactly ``str`` (not ``str | None``): the SDK would parse a JSON text into an object.
 OptPlanRef = Annotated[str, Field(
-    description="A plan name or file of the project (or give 'text').")]
+    description="A plan name or file of the project (or give 'text').", pattern=NO_NUL)]
 PlanText = Annotated[str, Field(
     description="An inline plan, JSON or YAML text (or give 'plan').")]
-StepRef = Annotated[str, Field(description="A step id of the run.", min_length=1)]
-Item = Annotated[int | None, Field(description="A fan-out item's index.", ge=0)]
+StepRef = Annotated[str, Field(description="A step id of the run.", min_length=1,
+                                pattern=NO_NUL)]
+#: The journal's integers are 64-bit (an item index beyond overflowed in SQLite).
+Item = Annotated[int | None, Field(description="A fan-out item's index.", ge=0,
+                                   le=2**63 - 1)]
 KeepGoing = Annotated[bool, Field(
     description="After a failure, go on with steps that do not depend on it.")]
 MaxParallel = Annotated[int | None, Field(description="Calls running at once.", ge=1,
