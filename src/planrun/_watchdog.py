@@ -1,4 +1,4 @@
-"""The keeper of one planrun process's command calls (run as ``python -I -S -c <this>``).
+"""The keeper of one planrun process's command calls (run as ``python -I -S <this file>``).
 
 Started by :class:`planrun.procs.Keeper` in a session of its own (so neither a signal to
 planrun's process group nor a terminal's Ctrl-C reaches it), with planrun's pid as its

@@ -167,12 +167,16 @@ class Keeper:
         try:
             from importlib import resources  # only for a watchdog (~2 ms of start-up)
 
-            source = resources.files("planrun").joinpath("_watchdog.py").read_text(
-                encoding="utf-8")
+            found = resources.files("planrun").joinpath("_watchdog.py")
+            # The file itself when there is one: `ps` shows its path, not its 3,800
+            # characters of source (a quarter of `ps aux` on a busy host, found by an
+            # operator); its text only from a package that is no folder (a zip).
+            script = [str(found)] if isinstance(found, Path) and found.is_file() else \
+                ["-c", found.read_text(encoding="utf-8")]
             # -I -S: no site, no user paths, no environment: fast, and nothing of the
             # project can change what the keeper does.
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", source, str(self._pid)],
+                [sys.executable, "-I", "-S", *script, str(self._pid)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True, cwd="/")
         except (OSError, ValueError, subprocess.SubprocessError):
