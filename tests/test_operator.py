@@ -809,6 +809,23 @@ steps:
 """
 
 
+def test_show_names_the_parameter_a_fan_out_is_over_when_it_has_no_value(
+        tmp_path: Path) -> None:
+    """``fan-out over "<unknown>"`` said nothing (found by a fresh operator)."""
+    app = ops_project(tmp_path / "app")
+    (app / "plans" / "over.yaml").write_text(
+        "planrun: 1\ngoal: over a list\nparams:\n  sites: {type: array}\nsteps:\n"
+        "  - {id: each, tool: say, for_each: \"{params.sites}\", arguments: {text: \"{item}\"}}\n")
+    shown = run(app, "show", "over")
+    assert shown.returncode == 0, shown
+    assert 'fan-out over "{params.sites}"' in shown.stdout
+    assert "<unknown>" not in shown.stdout
+    steps = json.loads(run(app, "show", "over", "--json").stdout)["steps"]
+    assert steps[0]["for_each"] == "{params.sites}"
+    given = run(app, "show", "over", "-p", 'sites=["x"]')
+    assert 'fan-out over ["x"]' in given.stdout, given
+
+
 def test_show_dry_run_and_graph_show_conditions_and_fan_out(tmp_path: Path) -> None:
     app = ops_project(tmp_path / "app")
     (app / "plans" / "cond.yaml").write_text(COND)

@@ -196,13 +196,14 @@ class DryRun:
         ``{"plan", "order", "approvals": [step ids], "steps": [{"id", "tool", "when",
         "for_each", "arguments"}]}`` (run-time placeholders as written).
         """
-        from .params import as_written
+        from .params import as_written, shown_as_written
 
         by_id = self.plan.by_id
         return {"plan": self.plan.name, "order": self.order,
                 "approvals": [r.step_id for r in self.approvals],
                 "steps": [{"id": sid, "tool": by_id[sid].tool.name, "when": by_id[sid].when,
-                           "for_each": as_written(by_id[sid].for_each),
+                           "for_each": shown_as_written(by_id[sid].for_each,
+                                                        by_id[sid].raw.get("for_each")),
                            "arguments": as_written(by_id[sid].arguments)}
                           for sid in self.order]}
 

@@ -376,6 +376,24 @@ def as_written(value: Any) -> Any:
     return value
 
 
+def shown_as_written(value: Any, written: Any) -> Any:
+    """``value`` as :func:`as_written` shows it, or ``written`` when a parameter is unknown.
+
+    ``written`` is the plan's own text: ``planrun show`` of a plan whose list parameter is
+    not given printed ``fan-out over "<unknown>"`` for ``{params.sites}``.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v is UNKNOWN:
+            return written
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return as_written(value)
+
+
 def references(value: Any) -> Iterator[tuple[str, Ref]]:
     """(JSON Pointer, reference) for every placeholder in the strings of ``value``.
 

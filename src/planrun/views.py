@@ -23,7 +23,7 @@ def describe_plan(plan: CheckedPlan) -> dict[str, Any]:
     reached), ``fan_out``, ``when`` (the condition,
     or None), ``for_each`` (as written, or None).
     """
-    from .params import as_written
+    from .params import shown_as_written
 
     declared = plan.document.get("params") or {}
     params = []
@@ -42,7 +42,8 @@ def describe_plan(plan: CheckedPlan) -> dict[str, Any]:
             "intent": step.intent, "approval": step.approval_reason,
             "fan_out": step.for_each is not None, "when": step.when,
             "run_if": step.run_if, "approve_at_dispatch": step.deferred_approval,
-            "for_each": None if step.for_each is None else as_written(step.for_each),
+            "for_each": None if step.for_each is None else shown_as_written(
+                step.for_each, step.raw.get("for_each")),
             "idempotent": step.tool.entry.idempotent,
         })
     return {"name": plan.name, "revision": plan.revision, "goal": plan.goal,
