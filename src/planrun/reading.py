@@ -179,7 +179,9 @@ def parse_age(text: str) -> float:
     import re
 
     m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
-    if not m or int(m.group(1)) == 0:
+    if m and int(m.group(1)) == 0:
+        raise UsageError(f"--older-than {text!r}: the age must be more than 0, e.g. 30d")
+    if not m:
         raise UsageError(f"--older-than {text!r}: give a number and a unit, e.g. 30d, 12h, "
                          "90m, 2w (s, m, h, d, w)")
     return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[

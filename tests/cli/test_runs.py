@@ -46,3 +46,26 @@ def test_runs_on_a_journal_that_does_not_exist_yet(proj: Project, tmp_path: Path
     assert result.exit_code == 0
     assert as_json(result) == []
     assert not missing.parent.exists()
+
+
+def test_usage_messages_are_planruns_words_not_pydantics(tmp_path: Path) -> None:
+    """Typer converts with pydantic, whose words reached the operator (found by a fresh
+    operator): "Input should be greater than or equal to 1", "Value error, …", and
+    ``--older-than 0d`` was told to "give a number and a unit"."""
+    import os
+
+    from harness import run_planrun
+
+    env = dict(os.environ, PLANRUN_JOURNAL=str(tmp_path / "j.sqlite3"))
+    for args, words in (
+            (["runs", "--limit", "0"], "'--limit': must be at least 1"),
+            (["runs", "--limit", "x"], "'--limit': must be a whole number"),
+            (["runs", "--status", "bogus"], "'--status': 'bogus' is not one of 'running'"),
+            (["prune", "--older-than", "0d"], "the age must be more than 0"),
+            (["prune", "--older-than", "soon"], "give a number and a unit")):
+        res = run_planrun(*args, cwd=tmp_path, env=env)
+        assert res.returncode == 2, (args, res)
+        assert "error[usage]" in res.stderr
+        assert words in res.stderr, (args, res.stderr)
+        assert "Input should" not in res.stderr
+        assert "Value error" not in res.stderr

@@ -19,6 +19,7 @@ policy check), :mod:`.completion` (shell completion).
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
@@ -79,10 +80,35 @@ def main() -> None:
             raise SystemExit(0) from None
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else "planrun"
-        sys.stderr.write(f"planrun: error[usage]: {exc.format_message()}\n"
+        sys.stderr.write(f"planrun: error[usage]: {_plain(exc.format_message())}\n"
                          f"  See: {where} --help\n")
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except typer.Abort:
         sys.stderr.write("planrun: interrupted\n")
         raise SystemExit(130) from None
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+#: pydantic's words in Typer's messages (it converts values with pydantic) as planrun's.
+_PYDANTIC_WORDS = (
+    (re.compile(r"Value error, "), ""),
+    (re.compile(r"Input should be greater than or equal to (\S+)"), r"must be at least \1"),
+    (re.compile(r"Input should be less than or equal to (\S+)"), r"must be at most \1"),
+    (re.compile(r"Input should be greater than (\S+)"), r"must be more than \1"),
+    (re.compile(r"Input should be less than (\S+)"), r"must be less than \1"),
+    (re.compile(r"Input should be a valid integer(, unable to parse string as an integer)?"),
+     "must be a whole number"),
+    (re.compile(r"Input should be a valid number(, unable to parse string as a number)?"),
+     "must be a number"),
+)
+
+
+def _plain(message: str) -> str:
+    """A usage message without pydantic's wording.
+
+    Found by a fresh operator: ``--limit 0`` said "Input should be greater than or equal
+    to 1", ``--status bogus`` began "Value error, ".
+    """
+    for pattern, words in _PYDANTIC_WORDS:
+        message = pattern.sub(words, message)
+    return message
