@@ -15,9 +15,10 @@ Two runs in the same second would pick the same name. :func:`check_dirs` therefo
 ``tar`` writes it; a name already taken is never overwritten: the second run takes the
 name of the next free second instead (so neither it nor a retry of it is a dead end).
 
-Paths: python tools run in the ``planrun`` process's working directory, while command
-tools run in the project folder, so a relative path could mean two different places.
-:func:`check_dirs` returns absolute paths and every later step uses those.
+Paths: python tools and command tools both run in the project folder (README "Tools"),
+whatever folder ``planrun`` was started in; :func:`check_dirs` still returns absolute
+paths and every later step uses those, so that a step's output (in the journal, in a
+report) names the same place wherever it is read.
 """
 
 from __future__ import annotations

@@ -436,13 +436,17 @@ def test_bad_arguments_are_tool_errors_without_a_traceback(agent_project: Path) 
                 await _call(session, "execute_plan", plan="broken"),
                 await _call(session, "no_such_tool"),
                 await _call(session, "validate_plan", plan="/etc/hostname"),
-                await _call(session, "execute_plan", plan="../outside.yaml")]
+                await _call(session, "execute_plan", plan="../outside.yaml"),
+                # a name whose file in the plans folder is a symlink out of the project
+                await _call(session, "validate_plan", plan="linked"),
+                await _call(session, "execute_plan", plan="linked")]
 
     (agent_project.parent / "outside.yaml").write_text(HELLO)
+    (agent_project / "plans" / "linked.yaml").symlink_to(agent_project.parent / "outside.yaml")
     results = _serve(agent_project, body)
     assert [r.is_error for r in results] == [True, True, True, True, False, False, True, True,
-                                             True, True]
-    for outside in results[-2:]:
+                                             True, True, True, True]
+    for outside in results[-4:]:
         assert outside.structured_content["error"]["code"] == "usage"
         assert "outside the project" in outside.content[0].text
     assert _effects(agent_project) == []

@@ -285,12 +285,24 @@ class Session:
     def _outside(self, plan: str) -> CallToolResult | None:
         """A tool error when ``plan`` is a file path outside the project folder, else None.
 
-        A client reads and runs the project's plans only: not any file of the machine.
+        A client reads and runs the project's plans only: not any file of the machine,
+        also not through a plan name whose file in the plans folder is a symlink to one
+        elsewhere (found by attack: ``plans/evil.yaml`` → ``/etc/passwd``).
         """
-        if "/" not in plan and "\\" not in plan and ".." not in plan:
-            return None  # a name: looked up in the plans folder
         project = os.path.realpath(self.settings.project)
-        target = os.path.realpath(os.path.join(project, plan))
+        if "/" not in plan and "\\" not in plan and ".." not in plan:
+            from .paths import PlanLookupError, find_plan
+
+            try:  # a name: the file it is looked up as in the plans folder
+                found = find_plan(plan, self.settings.plans_dir, self.settings.project)
+            except PlanLookupError:
+                return None  # the tool itself says what is wrong
+            target = os.path.realpath(found)
+            plans = os.path.realpath(self.settings.plans_dir)  # it may be elsewhere
+            if os.path.commonpath([plans, target]) == plans:
+                return None
+        else:
+            target = os.path.realpath(os.path.join(project, plan))
         if os.path.commonpath([project, target]) == project:
             return None
         return _failure(_usage(f"plan {plan!r} is outside the project folder; name a plan "
