@@ -809,6 +809,21 @@ steps:
 """
 
 
+def test_a_run_nobody_could_approve_says_what_to_run_next(tmp_path: Path) -> None:
+    """Unattended, with a step left to clear: ``denied`` though nobody said no; its status
+    gave no next step (found by a fresh operator). A denied run is not retried: the plan
+    is run again with ``--approve``."""
+    app = ops_project(tmp_path / "app")
+    res = run(app, "execute", "hello")
+    assert res.returncode == 4, res
+    shown = json.loads(run(app, "status", "last", "--json").stdout)
+    assert shown["status"] == "denied"
+    assert shown["next"] == "planrun execute hello --approve publish"
+    assert "next: planrun execute hello --approve publish" in run(app, "status", "last").stdout
+    again = run(app, *shown["next"].split()[1:])
+    assert again.returncode == 0, again
+
+
 def test_show_names_the_parameter_a_fan_out_is_over_when_it_has_no_value(
         tmp_path: Path) -> None:
     """``fan-out over "<unknown>"`` said nothing (found by a fresh operator)."""

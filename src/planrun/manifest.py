@@ -62,6 +62,29 @@ def _blocked(journal: Journal, run_id: str, contracts: dict[str, Any],
     return None
 
 
+def _after_denial(journal: Journal, run: RunRecord) -> str:
+    """What to run after a denied run: the plan again, ``--approve`` where needed.
+
+    A denied run is not retried (``retry`` takes failed runs): its plan is executed anew
+    (with the run's parameters given again). ``--approve STEP`` names each step nobody
+    could be asked about: a run that ran unattended with steps left to clear is
+    ``denied`` too, though nobody said no (its ``run_finished`` reason is
+    ``approval_required``). Without this its status read as a person's refusal, with no
+    next step (found by a fresh operator).
+    """
+    plan = run.plan_name
+    events = journal.event_records(run.run_id)
+    finished = [e for e in events if e.kind == "run_finished"]
+    reason = finished[-1].data.get("reason") if finished and isinstance(
+        finished[-1].data, dict) else None
+    if reason != "approval_required":
+        return f"planrun execute {plan}"  # a person said no: asked again on a terminal
+    cleared = {a["step_id"] for a in journal.approvals(run.run_id) if a.get("granted")}
+    waiting = list(dict.fromkeys(e.step for e in events if e.kind == "approval_required"
+                                 and e.step and e.step not in cleared))
+    return " ".join([f"planrun execute {plan}", *(f"--approve {s}" for s in waiting)])
+
+
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
     """The manifest object of one run (keys of SPEC §5).
 
@@ -139,6 +162,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
                else f"planrun retry {run_id}")
     elif status == "completed" and by_status.get("partial"):
         nxt = f"planrun retry {run_id}"  # runs the partial steps' failed items again
+    elif status == "denied":
+        nxt = _after_denial(journal, run)
     out = {
         "run_id": run_id,
         "root_run_id": run.root_run_id,
