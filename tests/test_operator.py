@@ -748,6 +748,26 @@ def _fan_project(tmp_path: Path) -> Path:
     return root
 
 
+def test_status_of_a_fan_out_cut_short_shows_its_items_and_no_running(
+        tmp_path: Path) -> None:
+    """After a kill -9 mid-fan-out the text status said ``running double (double)``:
+    nothing ran it, and its items were only in --json (found by a fresh operator)."""
+    import re
+
+    root = _fan_project(tmp_path)
+    cut = run(root, "execute", "fan", "-p", "n=20", "--approve", "wipe",
+              env=dict(os.environ, PLANRUN_TEST_CRASH="dispatch:double#5"))
+    assert cut.returncode == -9, cut
+    text = run(root, "status", "last").stdout
+    line = next(x for x in text.splitlines() if " double (" in x)
+    assert line.split()[0] == "unfinished", text
+    assert re.search(r"\b\d+/20 items\b", line), line
+    shown = json.loads(run(root, "status", "last", "--json").stdout)
+    step = next(s for s in shown["steps"] if s["id"] == "double")
+    assert step["status"] == "running"  # the journal's word, unchanged in --json
+    assert step["items"]["total"] == 20
+
+
 def test_fan_out_progress_lines_off_a_terminal(tmp_path: Path) -> None:
     import re
 

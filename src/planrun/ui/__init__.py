@@ -184,8 +184,32 @@ def print_report(report: Report, fmt: str = "text", *, strict: bool = False,
 # --- manifests ------------------------------------------------------------------------------
 
 
-def _step_line(step: dict[str, Any]) -> str:
-    bits = [f"{step['status']:<13} {step['id']} ({step['tool']})"]
+def _shown_status(step: dict[str, Any], run: dict[str, Any]) -> str:
+    """A step's status as a person reads it (``--json`` keeps the journal's).
+
+    ``unfinished`` for one journaled ``running`` in a run that nothing drives
+    (interrupted, or its process gone): nothing runs it (found by a fresh operator).
+    """
+    if step["status"] == "running" and (run["status"] != "running"
+                                         or run.get("driven") is False):
+        return "unfinished"
+    return str(step["status"])
+
+
+def _items_text(step: dict[str, Any]) -> str:
+    """``2/8 items`` (``, 1 failed``) of a fan-out step, "" for any other."""
+    items = step.get("items")
+    if not items:
+        return ""
+    text = f"{items.get('succeeded', 0)}/{items.get('total', 0)} items"
+    return text + (f", {items['failed']} failed" if items.get("failed") else "")
+
+
+def _step_line(step: dict[str, Any], run: dict[str, Any] | None = None) -> str:
+    status = step["status"] if run is None else _shown_status(step, run)
+    bits = [f"{status:<13} {step['id']} ({step['tool']})"]
+    if _items_text(step):
+        bits.append(_items_text(step))
     if step.get("duration_s") is not None:
         bits.append(f"{step['duration_s']:.3f}s")
     if step.get("replayed"):
@@ -254,17 +278,19 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         for col in ("step", "tool", "status", "time", "note"):
             table.add_column(col)
         for s in m["steps"]:
-            note = ""
+            note = _items_text(s)
             if s.get("error"):
-                note = f"[{s['error'].get('code')}] {s['error'].get('message')}"
+                note = (note + "  " if note else "") + \
+                    f"[{s['error'].get('code')}] {s['error'].get('message')}"
             elif s.get("replayed"):
-                note = "replayed"
+                note = (note + "  " if note else "") + "replayed"
             elif s.get("approved_by"):
-                note = f"approved by {s['approved_by']}"
+                note = (note + "  " if note else "") + f"approved by {s['approved_by']}"
             if s.get("facets"):
                 note = (note + "  " if note else "") + f"facets {_facets_text(s['facets'])}"
             dur = f"{s['duration_s']:.3f}s" if s.get("duration_s") is not None else ""
-            table.add_row(s["id"], s["tool"], s["status"], dur, redact.display_text(note), style={
+            table.add_row(s["id"], s["tool"], _shown_status(s, m), dur,
+                          redact.display_text(note), style={
                 "failed": "red", "indeterminate": "magenta", "skipped": "dim",
                 "succeeded": "green", "partial": "yellow"}.get(s["status"]))
         console.print(table)
@@ -273,7 +299,7 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
     else:
         out(head)
         for s in m["steps"]:
-            out("  " + _step_line(s))
+            out("  " + _step_line(s, m))
         for line in _item_error_lines(m):
             out(line)
     approval = m.get("approval")
