@@ -431,3 +431,31 @@ def test_a_command_tail_never_keeps_part_of_a_secret(secret: str, filler: str,
     for n in counts:
         tail = tail_of(("key=" + secret + filler * n).encode(), secrets)
         assert not set(tail) & set(secret), (n, tail[:80])
+
+
+def test_cut_head_never_cuts_a_reference() -> None:
+    text = f"ab{ref('s')}cd"
+    assert redact.cut_head(text, len(text)) == text
+    assert redact.cut_head(text, 100) == text
+    assert redact.cut_head(text, 2) == "ab"
+    assert redact.cut_head(text, 3) == "ab"  # the reference dropped whole
+    assert redact.cut_head(text, len(text) - 1) == f"ab{ref('s')}c"
+    assert redact.cut_head(text, 2 + len(ref("s"))) == f"ab{ref('s')}"
+
+
+def test_a_tools_long_exception_message_is_cut_after_its_secret_is_hidden() -> None:
+    """A 3 MB message made a 9 MB report (found by attack); the cut comes after the
+    secrets are concealed, so it never leaves part of one."""
+    from planrun.tools import MESSAGE_CHARS, TRACEBACK_CHARS, tool_error
+
+    secret = "αβγδεζηθικλμνξο"
+    for pad in range(MESSAGE_CHARS - 20, MESSAGE_CHARS + 5):
+        try:
+            raise ValueError("x" * pad + secret + "y" * 3_000_000)
+        except ValueError as exc:
+            error = tool_error(exc, Secrets({"token": secret})).error
+        assert len(error["message"]) < MESSAGE_CHARS + 100
+        assert "characters in all" in error["message"]
+        assert not set(error["message"]) & set(secret)
+        assert len(error["traceback"]) <= TRACEBACK_CHARS + 1
+        assert not set(error["traceback"]) & set(secret)

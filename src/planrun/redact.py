@@ -297,6 +297,23 @@ def conceal_tail(data: bytes, secrets: Secrets, size: int) -> str:
     return cut_tail(text, size)
 
 
+def cut_head(text: str, size: int) -> str:
+    """The first ``size`` characters of reference-form ``text``, never cutting a reference.
+
+    A reference (or escape) straddling the cut is dropped whole.
+    """
+    if len(text) <= size:
+        return text
+    end = size
+    for m in _PARSE.finditer(text):
+        if m.start() >= end:
+            break
+        if m.end() > end:
+            end = m.start()
+            break
+    return text[:end]
+
+
 def cut_tail(text: str, size: int) -> str:
     """The last ``size`` characters of reference-form ``text``, never cutting a reference.
 

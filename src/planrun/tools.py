@@ -141,12 +141,25 @@ def _tail(data: bytes, secrets: Secrets) -> str:
     return redact.conceal_tail(data, secrets, STDERR_TAIL_BYTES).strip()
 
 
+#: Characters of a python tool's exception message kept (its first), and of its traceback
+#: (its last: the raising frame and the message end it). A 3 MB message made a 9 MB
+#: report and 3 MB on stderr (found by attack).
+MESSAGE_CHARS = 2000
+TRACEBACK_CHARS = 20_000
+
+
 def _describe(exc: BaseException, secrets: Secrets) -> str:
-    """``Type: message`` of an exception (reference form), even when ``__str__`` fails."""
+    """``Type: message`` of an exception (reference form), even when ``__str__`` fails.
+
+    The message is cut at :data:`MESSAGE_CHARS` characters, after its secrets were
+    concealed (a cut never leaves part of one), saying how long it was.
+    """
     try:
         text = secrets.conceal_text(str(exc))
     except Exception:  # a broken __str__ in tool code
         text = "<the exception's message could not be read>"
+    if len(text) > MESSAGE_CHARS:
+        text = f"{redact.cut_head(text, MESSAGE_CHARS)}… ({len(text):,} characters in all)"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -266,6 +279,8 @@ def tool_error(exc: BaseException, secrets: Secrets) -> ToolFailure:
         tb = secrets.conceal_text("".join(traceback.format_exception(exc)))
     except Exception:
         tb = None
+    if tb and len(tb) > TRACEBACK_CHARS:
+        tb = "…" + redact.cut_tail(tb, TRACEBACK_CHARS)
     error = {"code": "tool_error", "type": type(exc).__name__,
              "message": _describe(exc, secrets)}
     if tb:
