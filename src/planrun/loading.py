@@ -199,6 +199,23 @@ def utf8_text(text: str) -> str:
     return text
 
 
+#: Unicode's bidirectional controls (embeddings, overrides, isolates, marks): text a plan or
+#: a tool wrote that holds one could reorder what a person reads next to it (a plan named
+#: ``nightly\u202e`` showed ``completed`` reversed; found by attack).
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    r"""``text`` with each bidirectional control written as its escape (``\u202e``).
+
+    For what a person reads (a terminal, the report); letters of right-to-left scripts
+    are left as they are. Also :func:`utf8_text`.
+    """
+    if text.isascii():
+        return text
+    return utf8_text(_BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
 def has_surrogate(text: str) -> bool:
     """Whether ``text`` holds a lone UTF-16 surrogate (not a character; cannot be UTF-8)."""
     return not text.isascii() and _SURROGATE.search(text) is not None

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import graphlib
 import json
-from html import escape
+from html import escape as _html_escape
 from typing import Any
 
+from ..loading import visible
 from . import svg
 from .data import RunReport
+
+
+def escape(text: str, quote: bool = True) -> str:
+    """HTML-escaped ``text``, its bidirectional controls as escapes (:func:`visible`)."""
+    return _html_escape(visible(text), quote=quote)
+
 
 CSS = """
 :root{--fg:#1d1d1f;--muted:#5b5b60;--line:#d6d6db;--bg:#fff;--soft:#f6f6f8}

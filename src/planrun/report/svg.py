@@ -11,10 +11,17 @@ from __future__ import annotations
 import graphlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from html import escape
+from html import escape as _html_escape
 from typing import Any
 
+from ..loading import visible
 from .data import FanOut, RunReport
+
+
+def escape(text: str, quote: bool = True) -> str:
+    """HTML-escaped ``text``, its bidirectional controls as escapes (:func:`visible`)."""
+    return _html_escape(visible(text), quote=quote)
+
 
 #: status → (fill, stroke, glyph, dashed); unknown statuses look like ``pending``.
 STATUS_STYLE: dict[str, tuple[str, str, str, bool]] = {

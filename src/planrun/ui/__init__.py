@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 from .. import masking, redact
 from ..errors import PlanrunError
 from ..issues import Issue, Report
+from ..loading import visible
 
 if TYPE_CHECKING:  # the approver below imports it when it asks (not at start-up)
     from ..approval import ApprovalRequest, Decision
@@ -56,13 +57,17 @@ def _console(stderr: bool = False, no_color: bool = False) -> Any:
 
 
 def out(text: str = "") -> None:
-    """One line of results on stdout (secret values shown as ``***``)."""
-    sys.stdout.write(redact.display_text(text) + "\n")
+    """One line of results on stdout.
+
+    Secret values shown as ``***``, bidirectional controls as escapes
+    (:func:`planrun.loading.visible`).
+    """
+    sys.stdout.write(visible(redact.display_text(text)) + "\n")
 
 
 def err(text: str = "") -> None:
-    """One line of diagnostics on stderr (secret values shown as ``***``)."""
-    masking.diagnostics().write(redact.display_text(text) + "\n")
+    """One line of diagnostics on stderr (as :func:`out` writes it)."""
+    masking.diagnostics().write(visible(redact.display_text(text)) + "\n")
 
 
 def print_json(value: Any) -> None:
@@ -273,7 +278,7 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         from rich.table import Table
 
         console = _console(no_color=no_color)
-        console.print(redact.display_text(head), markup=False, highlight=False)
+        console.print(visible(redact.display_text(head)), markup=False, highlight=False)
         table = Table()
         for col in ("step", "tool", "status", "time", "note"):
             table.add_column(col)
@@ -289,8 +294,8 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
             if s.get("facets"):
                 note = (note + "  " if note else "") + f"facets {_facets_text(s['facets'])}"
             dur = f"{s['duration_s']:.3f}s" if s.get("duration_s") is not None else ""
-            table.add_row(s["id"], s["tool"], _shown_status(s, m), dur,
-                          redact.display_text(note), style={
+            table.add_row(visible(s["id"]), visible(s["tool"]), _shown_status(s, m), dur,
+                          visible(redact.display_text(note)), style={
                 "failed": "red", "indeterminate": "magenta", "skipped": "dim",
                 "succeeded": "green", "partial": "yellow"}.get(s["status"]))
         console.print(table)
