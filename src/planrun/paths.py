@@ -176,9 +176,12 @@ def shown_path(path: Path) -> str:
 def printable(text: str) -> str:
     """``text`` printable as UTF-8.
 
-    Undecodable bytes of a file name (lone surrogates) become backslash escapes.
+    Undecodable bytes of a file name (lone surrogates) become backslash escapes
+    (:func:`planrun.loading.utf8_text`).
     """
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    from .loading import utf8_text
+
+    return utf8_text(text)
 
 
 def _config_error(file: Path, message: str) -> Refused:
