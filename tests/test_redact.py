@@ -459,3 +459,20 @@ def test_a_tools_long_exception_message_is_cut_after_its_secret_is_hidden() -> N
         assert not set(error["message"]) & set(secret)
         assert len(error["traceback"]) <= TRACEBACK_CHARS + 1
         assert not set(error["traceback"]) & set(secret)
+
+
+def test_a_key_holding_a_secret_is_concealed_as_text_is() -> None:
+    """A tool output ``{"k-SECRET": 1}`` was journaled and shown in clear: only a key that
+    is exactly the secret was its reference (found by attack)."""
+    secrets = Secrets({"s": "SUPERsecretVALUE9", "n": 12, "long": 123456789})
+    value = {"k-SUPERsecretVALUE9": 1, "a12b": {"x\ufdd0y": 2}, "id-123456789": 3,
+             "12": 4}
+    stored = secrets.conceal(value)
+    # a short secret (12) is masked in a key only when it is the whole key (SPEC §7: a
+    # field name is not garbled by a short secret)
+    assert set(stored) == {f"k-{ref('s')}", "a12b", f"id-{ref('long', 'text')}",
+                           ref("n", "text")}
+    assert "SUPERsecretVALUE9" not in json.dumps(stored, ensure_ascii=False)
+    assert redact.display(stored) == {f"k-{MASK}": 1, "a12b": {"x\ufdd0y": 2},
+                                      f"id-{MASK}": 3, MASK: 4}
+    assert redact.reveal(stored, secrets.values) == value

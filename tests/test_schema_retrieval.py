@@ -127,3 +127,40 @@ def test_planruns_validators_fetch_nothing(listener: tuple[str, list[str]]) -> N
     with pytest.raises(Unresolvable):
         list(validator.iter_errors("anything"))
     assert seen == []
+
+
+def _nested_id(base: str, good: bool) -> dict[str, object]:
+    """A ``$ref`` inside a subschema with an ``$id`` of its own: it resolves against that
+    ``$id``, as validation resolves it, not against the root (found by attack: checked
+    from the root it passed, then validation raised: a traceback, or a tool's call left
+    indeterminate by an output check that failed)."""
+    inner: dict[str, object] = {"$id": f"{base}/sub/", "$ref": "#/$defs/i"}
+    if good:
+        inner["$defs"] = {"i": {"type": "string"}}
+    return {"$defs": {"s": inner, "i": {"type": "string"}}, "$ref": "#/$defs/s"}
+
+
+@pytest.mark.parametrize("where", ["param", "arguments", "output_schema"])
+def test_a_reference_under_a_nested_id_is_checked_from_that_id(
+        tmp_path: Path, listener: tuple[str, list[str]], where: str) -> None:
+    base, seen = listener
+    for good in (False, True):
+        root = tmp_path / f"{where}-{good}"
+        schema = _nested_id(base, good)
+        if where == "param":
+            _project(root, CONTRACT, {**schema, "default": "x"})
+        elif where == "arguments":  # "#" is the contract's root: the $defs go there
+            _project(root, {**CONTRACT, "$defs": schema["$defs"],
+                            "properties": {"text": {"$ref": "#/$defs/s"}}}, None)
+        else:
+            _project(root, CONTRACT, None, output=schema)
+        env = dict(os.environ, PLANRUN_JOURNAL=str(root / "j.sqlite3"))
+        res = run_planrun("validate", "p", "--json", cwd=root, env=env)
+        assert "Traceback" not in res.stderr, res
+        if not good:
+            assert res.returncode == 3, res
+            continue
+        assert res.returncode == 0, res
+        ran = run_planrun("execute", "p", cwd=root, env=env)
+        assert ran.returncode == 0, ran  # checked and called as validated
+    assert seen == []

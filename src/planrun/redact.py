@@ -194,6 +194,12 @@ def _spellings(text: str) -> dict[str, str]:
     return out
 
 
+#: Characters a secret's spelling needs for a key that holds it (not only one that is it)
+#: to be concealed: a key holding a token is the token echoed; one holding a short
+#: secret (a PIN, one letter) is far more often a field name that happens to.
+KEY_SECRET_CHARS = 8
+
+
 class Secrets:
     """The secret parameters' values given to this process, and how to find them in text.
 
@@ -220,6 +226,9 @@ class Secrets:
         forms = sorted(self._tokens, key=len, reverse=True)
         self.forms = forms
         self._find = re.compile("|".join([*map(re.escape, forms), "[\ufdd0-\ufdd2]"]))
+        self._find_in_keys = re.compile("|".join([
+            *map(re.escape, (f for f in forms if len(f) >= KEY_SECRET_CHARS)),
+            "[\ufdd0-\ufdd2]"]))
         self._longest = max(map(len, forms), default=0)
 
     def __bool__(self) -> bool:
@@ -252,8 +261,12 @@ class Secrets:
         if isinstance(value, str):
             return self._find.sub(self._swap, value)
         if isinstance(value, dict):
-            return {(self._keys.get(k) or escape(k)) if isinstance(k, str) else k:
-                    self.conceal(v) for k, v in value.items()}
+            # A key that is a secret is its reference; one that holds a secret of
+            # KEY_SECRET_CHARS characters or more, as text is (a key "k-SECRET" was
+            # journaled and shown in clear; found by attack). A shorter one is taken for a
+            # coincidence: field names are not garbled by a one-letter secret (SPEC §7).
+            return {(self._keys.get(k) or self._find_in_keys.sub(self._swap, k))
+                    if isinstance(k, str) else k: self.conceal(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [self.conceal(v) for v in value]
         if _is_number(value):

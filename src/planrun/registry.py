@@ -182,37 +182,52 @@ def _schema_problems(schema: dict[str, Any] | bool) -> list[tuple[str, str]]:
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 
 
+def _scopes(schema: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, Any]]:
+    """(subschema, its JSON Pointer, the resolver of its base URI) for every subschema.
+
+    The resolver moves into each ``$id`` met on the way down, as jsonschema's does when
+    it validates: a reference resolves against the nearest ``$id``, not the root's (a
+    nested ``$id`` passed the check from the root and then failed at validation with a
+    traceback, or left a tool's call ``indeterminate``; found by attack). Data keywords
+    (``const``, ``enum``, ``default``, ``examples``) are not schemas and are not entered.
+    """
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
+
+    root = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    stack: list[tuple[Any, str, Any]] = [(schema, "", root)]
+    while stack:
+        node, ptr, resolver = stack.pop()
+        if isinstance(node, dict):
+            if node is not schema and isinstance(node.get("$id"), str):
+                resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
+            yield node, ptr, resolver
+            stack.extend((v, f"{ptr}/{pointer_escape(k)}", resolver)
+                         for k, v in node.items() if k not in _DATA_KEYWORDS)
+        elif isinstance(node, list):
+            stack.extend((v, f"{ptr}/{i}", resolver) for i, v in enumerate(node))
+
+
 def _unresolvable_refs(schema: Any) -> list[tuple[str, str]]:
     """Every reference must resolve inside the schema: nothing is fetched from elsewhere.
 
-    ``$ref``, ``$dynamicRef`` and ``$recursiveRef`` alike (no file, no network).
+    ``$ref``, ``$dynamicRef`` and ``$recursiveRef`` alike (no file, no network), each from
+    its own base URI (:func:`_scopes`).
     """
-    from referencing import Registry
     from referencing.exceptions import Unresolvable
-    from referencing.jsonschema import DRAFT202012
 
     if not isinstance(schema, dict):
         return []
-    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
     out: list[tuple[str, str]] = []
-    stack: list[tuple[Any, str]] = [(schema, "")]
-    while stack:
-        node, ptr = stack.pop()
-        if isinstance(node, dict):
-            for kw in _REF_KEYWORDS:
-                ref = node.get(kw)
-                if isinstance(ref, str):
-                    try:
-                        resolver.lookup(ref)
-                    except Unresolvable:
-                        out.append((f"{ptr}/{kw}", f"{kw} {ref!r} does not resolve inside "
-                                    "this schema (only local references like "
-                                    "#/$defs/NAME)"))
-            for k, v in node.items():
-                if k not in _DATA_KEYWORDS:
-                    stack.append((v, f"{ptr}/{pointer_escape(k)}"))
-        elif isinstance(node, list):
-            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
+    for node, ptr, resolver in _scopes(schema):
+        for kw in _REF_KEYWORDS:
+            ref = node.get(kw)
+            if isinstance(ref, str):
+                try:
+                    resolver.lookup(ref)
+                except Unresolvable:
+                    out.append((f"{ptr}/{kw}", f"{kw} {ref!r} does not resolve inside "
+                                "this schema (only local references like #/$defs/NAME)"))
     return out
 
 
@@ -227,32 +242,25 @@ def _ref_loops(schema: Any) -> list[tuple[str, str]]:
     ``{"$ref": "#"}`` or two definitions that refer to each other would make validation
     recurse forever (a RecursionError); they are refused instead. A reference reached
     through ``properties``/``items`` is fine (each step goes one level into the instance).
+    Each reference is followed from its own base URI (:func:`_scopes`).
     """
-    from referencing import Registry
     from referencing.exceptions import Unresolvable
-    from referencing.jsonschema import DRAFT202012
 
     if not isinstance(schema, dict):
         return []
-    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
     where: dict[int, str] = {}
-    stack: list[tuple[Any, str]] = [(schema, "")]
-    while stack:
-        node, ptr = stack.pop()
-        if isinstance(node, dict):
-            where.setdefault(id(node), ptr)
-            stack.extend((v, f"{ptr}/{pointer_escape(k)}")
-                         for k, v in node.items()
-                         if k not in _DATA_KEYWORDS)
-        elif isinstance(node, list):
-            stack.extend((v, f"{ptr}/{i}") for i, v in enumerate(node))
+    scope: dict[int, Any] = {}
+    for node, ptr, resolver in _scopes(schema):
+        where.setdefault(id(node), ptr)
+        scope.setdefault(id(node), resolver)
 
     def edges(node: dict[str, Any]) -> list[tuple[Any, str]]:
         ptr = where.get(id(node), "")
         out: list[tuple[Any, str]] = []
+        resolver = scope.get(id(node))
         for kw in ("$ref", "$dynamicRef"):
             ref = node.get(kw)
-            if isinstance(ref, str):
+            if isinstance(ref, str) and resolver is not None:
                 with contextlib.suppress(Unresolvable):
                     out.append((resolver.lookup(ref).contents, f"{ptr}/{kw}"))
         out.extend((node[kw], f"{ptr}/{kw}") for kw in _IN_PLACE_ONE if kw in node)
