@@ -630,3 +630,20 @@ def latin():
     res = _cli(agent_project, "report", ran.structured_content["run_id"], "--out", str(out))
     assert res.returncode == 0, res
     assert "caf\\udce9.txt" in out.read_text(encoding="utf-8")
+
+
+def test_a_summary_keeps_planruns_words_but_never_cuts_a_secret() -> None:
+    """The summary text keeps ids and statuses whole, but a word kept must not cut a
+    secret in pieces that are then not found (found by a re-checking helper)."""
+    from planrun.mcp_server import _result
+
+    data = {"run_id": "ab12cd34ef56ab78", "status": "failed",
+            "issues": [{"step": "a", "code": "arguments"}]}
+    summary = "run ab12cd34ef56ab78: failed; step a: 'banana' is not an integer"
+    result = _result(data, summary, secrets={"tok": "banana"})
+    text = result.content[0].text
+    assert "banana" not in text
+    assert "ab12cd34ef56ab78" in text
+    assert "failed" in text
+    short = _result(data, summary.replace("banana", "e"), secrets={"tok": "e"})
+    assert "failed" in short.content[0].text  # a one-letter secret garbles no word
