@@ -476,3 +476,11 @@ def test_a_key_holding_a_secret_is_concealed_as_text_is() -> None:
     assert redact.display(stored) == {f"k-{MASK}": 1, "a12b": {"x\ufdd0y": 2},
                                       f"id-{MASK}": 3, MASK: 4}
     assert redact.reveal(stored, secrets.values) == value
+
+
+def test_a_word_kept_never_cuts_a_secret() -> None:
+    secrets = Secrets({"tok": "banana"})
+    assert secrets.conceal_text("step a: banana", keep=["a"]) == f"step a: {ref('tok')}"
+    short = Secrets({"pin": "e"})
+    assert short.conceal_text("completed: e", keep=["completed"]) == \
+        f"completed: {ref('pin')}"

@@ -179,14 +179,10 @@ def _result(data: Any, summary: str, *, error: bool = False,
     shown = _secrets_shown(data, secrets or {})
     text = redact.display_text(summary)
     if secrets:
-        found = redact.Secrets(secrets)
-        # planrun's words in the summary are kept as they are, but never one that stands
-        # inside a secret: the text is cut at each word kept, and a secret cut in pieces
-        # would no longer be found (a step id "a" would have kept "banana" in clear)
-        keep = sorted({w for w in _words(shown) if w in summary
-                       and not any(w in f and w != f for f in found.forms)},
-                      key=len, reverse=True)
-        text = redact.display_text(found.conceal_text(text, keep=keep))
+        # planrun's words in the summary are kept as they are (never one inside a secret:
+        # Secrets.conceal_text)
+        keep = sorted({w for w in _words(shown) if w in summary}, key=len, reverse=True)
+        text = redact.display_text(redact.Secrets(secrets).conceal_text(text, keep=keep))
     text = utf8_text(text)
     structured = shown if isinstance(shown, dict) else {"result": shown}
     return CallToolResult(content=[TextContent(type="text", text=text)],

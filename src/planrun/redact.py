@@ -246,9 +246,11 @@ class Secrets:
     def conceal_text(self, text: str, keep: Iterable[str] = ()) -> str:
         """``text`` (a tool's or a library's words) in reference form.
 
-        Substrings in ``keep`` (planrun's own words around the value) are left as they are.
+        Substrings in ``keep`` (planrun's own words around the value) are left as they are,
+        except one that stands inside a secret: the text is cut at each word kept, and a
+        secret cut in pieces would no longer be found (a kept "a" left "banana" in clear).
         """
-        keep = [k for k in keep if k]
+        keep = [k for k in keep if k and not any(k in f and k != f for f in self.forms)]
         if not keep:
             return self._find.sub(self._swap, text)
         split = re.compile("(" + "|".join(map(re.escape, sorted(keep, key=len,
