@@ -166,6 +166,22 @@ def check_document(doc: Document, registry: ToolRegistry, settings: Settings, *,
 
 
 @pytest.fixture
+def sqlite_commits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry for each SQLite write transaction this process makes from now on."""
+    from planrun.journal.backends import sqlite as backend
+
+    commits: list[int] = []
+    real = backend.SqliteBackend.transaction
+
+    def counted(self: Any, conn: Any) -> Any:
+        commits.append(1)
+        return real(self, conn)
+
+    monkeypatch.setattr(backend.SqliteBackend, "transaction", counted)
+    return commits
+
+
+@pytest.fixture
 def project(tmp_path: Path) -> Project:
     """An empty project folder (``tmp_path/project``)."""
     root = tmp_path / "project"

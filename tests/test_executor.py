@@ -365,28 +365,19 @@ def test_a_skip_reaches_every_transitive_dependent(xproject: Project) -> None:
 
 @pytest.mark.parametrize("shape", ["chain", "wide"])
 def test_the_skips_after_a_failure_share_one_commit(
-        xproject: Project, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+        xproject: Project, sqlite_commits: list[int], shape: str) -> None:
     """200 steps a failure skips do not take a commit each (issue 16).
 
     ``chain``: each depends on the one before (skipped as a blocked dependent); ``wide``:
     independent, their tasks already waiting for one of ``max_parallel`` 1 slot when the
     first step fails (skipped by the stop).
     """
-    from planrun.journal.backends import sqlite as backend
-
     after = "depends_on: [s{prev}], " if shape == "chain" else ""
     steps = ["  - {id: s0, tool: boom, arguments: {name: s0}}"] + [
         f"  - {{id: s{i}, tool: mark, {after.format(prev=i - 1)}arguments: {{name: s{i}}}}}"
         for i in range(1, 201)]
     plan(xproject, "many", "\n".join(steps))
-    commits: list[int] = []
-    real = backend.SqliteBackend.transaction
-
-    def counted(self: Any, conn: Any) -> Any:
-        commits.append(1)
-        return real(self, conn)
-
-    monkeypatch.setattr(backend.SqliteBackend, "transaction", counted)
+    commits = sqlite_commits
     m = execute_plan(xproject, "many", max_parallel=1)
     assert statuses(m) == {"s0": "failed", **{f"s{i}": "skipped" for i in range(1, 201)}}
     assert len(run_events(xproject, m["run_id"], "step_skipped")) == 200

@@ -202,7 +202,7 @@ def test_any_other_tool_runs_in_threads(proj: Project) -> None:
 
 
 @pytest.mark.parametrize("tool", ["where", "where_t"])
-def test_a_chain_commits_once_a_step(proj: Project, monkeypatch: pytest.MonkeyPatch,
+def test_a_chain_commits_once_a_step(proj: Project, sqlite_commits: list[int],
                                      tool: str) -> None:
     """Each step's outcome shares its successor's dispatch commit (issue 16).
 
@@ -210,18 +210,9 @@ def test_a_chain_commits_once_a_step(proj: Project, monkeypatch: pytest.MonkeyPa
     the loop; the scheduler's own commit after that dispatch must not then commit the
     step's outcome alone (a second commit a step). In a thread, as before.
     """
-    from planrun.journal.backends import sqlite as backend
-
     steps = 30
     proj.write_plan("p", chain(tool, ["{}"] * steps))
-    commits: list[int] = []
-    real = backend.SqliteBackend.transaction
-
-    def counted(self: Any, conn: Any) -> Any:
-        commits.append(1)
-        return real(self, conn)
-
-    monkeypatch.setattr(backend.SqliteBackend, "transaction", counted)
+    commits = sqlite_commits
     m = execute_plan(proj, "p")
     assert m["status"] == "completed", m
     assert mains(proj, m) == [tool == "where"] * steps
