@@ -159,6 +159,44 @@ def test_two_retries_of_one_failed_run(proj: CliProject) -> None:
     assert "run_busy" in lost.stdout + lost.stderr, lost
 
 
+def test_a_second_retry_never_calls_a_step_the_first_one_died_in(proj: CliProject) -> None:
+    """The first retry was killed inside a non-idempotent call; the second took the key
+    over and called it again (found by an attacker). Its effect is unknown: the second
+    retry stops (``indeterminate``, exit 5) until a person settles the first's step."""
+    proj.plan("gated", """
+        planrun: 1
+        goal: A step that fails until fixed, then holds until released
+        steps:
+          - {id: a, tool: once, arguments: {label: a}}
+          - {id: b, tool: gate, depends_on: [a], arguments: {fix: fix, hold: go}}
+    """)
+    r = proj.run("execute", "gated", "--json")
+    assert r.returncode == 1, r
+    parent = r.json["run_id"]
+    proj.touch("fix")
+    first = proj.start("retry", parent, "--json", name="retry")
+    proj.wait_started("b", first, count=2)  # the first child is inside b
+    proj.kill_group(first)
+    first.wait()
+    (child,) = [c for c in proj.probe().run_ids() if c != parent]
+
+    again = proj.run("retry", parent, "--json")
+    assert again.returncode == 5, again
+    assert again.error_code == "indeterminate", again
+    assert f"run {child}" in again.json["error"]["message"], again
+    assert f"planrun resolve {child} b" in again.json["error"]["hint"], again
+    assert len(proj.started("b")) == 2  # not called a third time
+    refused = again.json["error"]["run_id"]
+
+    # Settled as failed (nothing happened there): the refused retry runs b, once.
+    assert proj.run("resolve", child, "b", "--failed").returncode == 0
+    proj.touch("go")
+    done = proj.run("resume", refused, "--json")
+    assert done.returncode == 0, done
+    assert len(proj.started("b")) == 3
+    assert proj.counts() == {"a": 1, "b": 1}
+
+
 PARTIES = 3
 
 

@@ -118,6 +118,29 @@ def test_plan_scope_after_a_crashed_run_does_not_do_the_work_again(proj: CliProj
     assert proj.counts() == {"work": 1, "then": 1}
 
 
+def test_plan_scope_after_a_crash_inside_the_call_asks_a_person_first(
+        proj: CliProject) -> None:
+    """The crashed run died inside the call (its effect happened, its outcome was never
+    written): a fresh run took the key over and did the work again (found by an attacker).
+    The tool is not idempotent: the fresh run stops until that call is settled."""
+    _project(proj, "plan")
+    r = proj.run("execute", "nightly", "-p", "day=2026-12-01", "--json", crash="call:work")
+    assert r.returncode == -9, r
+    assert proj.counts() == {"work": 1}
+    (crashed,) = proj.probe().run_ids()
+    fresh = proj.run("execute", "nightly", "-p", "day=2026-12-01", "--json")
+    assert fresh.returncode == 5, fresh
+    assert fresh.error_code == "indeterminate", fresh
+    assert f"planrun resolve {crashed} work" in fresh.json["error"]["hint"], fresh
+    assert proj.counts() == {"work": 1}
+    # Settled as succeeded: the fresh run replays it and goes on.
+    assert proj.run("resolve", crashed, "work", "--succeeded").returncode == 0
+    done = proj.run("resume", fresh.json["error"]["run_id"], "--json")
+    assert done.returncode == 0, done
+    assert _step(done.json, "work")["replayed"] is True
+    assert proj.counts() == {"work": 1, "then": 1}
+
+
 def test_run_scope_is_the_default_and_runs_again_in_every_run(proj: CliProject) -> None:
     _project(proj, "run")
     _execute(proj)

@@ -838,10 +838,52 @@ def test_a_run_nobody_could_approve_says_what_to_run_next(tmp_path: Path) -> Non
     assert res.returncode == 4, res
     shown = json.loads(run(app, "status", "last", "--json").stdout)
     assert shown["status"] == "denied"
-    assert shown["next"] == "planrun execute hello --approve publish"
-    assert "next: planrun execute hello --approve publish" in run(app, "status", "last").stdout
+    # with the run's parameter values (the default too): the same run, not another
+    assert shown["next"] == "planrun execute hello -p who=world --approve publish"
+    assert f"next: {shown['next']}" in run(app, "status", "last").stdout
     again = run(app, *shown["next"].split()[1:])
     assert again.returncode == 0, again
+
+
+def test_a_denied_runs_next_gives_every_value_again_quoted_secrets_left_out(
+        tmp_path: Path) -> None:
+    """A pasted ``next`` ran the plan with a defaulted value instead of the one denied
+    (found by a fresh operator): it names every journaled value, shell-quoted, as ``-p``
+    reads it; a secret is never written (it is given again, SPEC §7)."""
+    import shlex
+
+    app = ops_project(tmp_path / "app")
+    (app / "plans" / "many.yaml").write_text("""\
+planrun: 1
+goal: Parameters of several types
+params:
+  who: {type: string}
+  keep: {type: integer, default: 7}
+  names: {type: array, items: {type: string}}
+  token: {type: string, secret: true}
+steps:
+  - {id: hi, tool: say, arguments: {text: "{params.who} keeps {params.keep}"}}
+  - {id: each, tool: say, for_each: "{params.names}", arguments: {text: "{item}"}}
+  - {id: publish, tool: wipe, depends_on: [hi], arguments: {text: "{params.token}"}}
+""", encoding="utf-8")
+    secret = {**os.environ, "PLANRUN_PARAM_TOKEN": "s3cr3t-value"}
+    res = run(app, "execute", "many", "-p", "who=it's me", "-p", "keep=2", "-p",
+              'names=["a b", "c"]', "--json", env=secret)
+    assert res.returncode == 4, res
+    nxt = json.loads(res.stdout)["error"]
+    assert nxt["run_id"], nxt  # the run the error is about, for a monitor (not in a hint)
+    shown = json.loads(run(app, "status", nxt["run_id"], "--json").stdout)["next"]
+    assert "s3cr3t" not in shown
+    assert "token" not in shown
+    argv = shlex.split(shown)
+    assert argv[:3] == ["planrun", "execute", "many"]
+    given = [argv[i + 1] for i, a in enumerate(argv) if a == "-p"]
+    assert sorted(given) == sorted(["who=it's me", "keep=2", 'names=["a b","c"]'])
+    assert argv[-2:] == ["--approve", "publish"]
+    again = run(app, *argv[1:], "--json", env=secret)
+    assert again.returncode == 0, again
+    assert json.loads(again.stdout)["params"] == json.loads(
+        run(app, "status", nxt["run_id"], "--json").stdout)["params"]
 
 
 def test_show_names_the_parameter_a_fan_out_is_over_when_it_has_no_value(

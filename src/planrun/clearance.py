@@ -200,7 +200,8 @@ def clear_approvals(journal: Journal, run_id: str, requests: Sequence[ApprovalRe
         step = first.step_id if first else missing[0]
         raise ApprovalError(f"step {step!r} was not approved{why}; nothing ran",
                             code="approval_denied",
-                            hint=f"Run again and answer y, or pass --approve {step}.")
+                            hint=f"Run again and answer y, or pass --approve {step}.",
+                            run_id=run_id)
     return []
 
 
@@ -216,17 +217,24 @@ def _unattended_error(exc: ApprovalError, run_id: str, requests: Sequence[Approv
     left = [r.step_id for r in requests if r.step_id not in cleared]
     reasons = [f"{sid}: {escalated[sid]}" for sid in left if sid in escalated]
     if not reasons:
+        exc.run_id = run_id
         return exc
     flags = " ".join(f"--approve {sid}" for sid in left)
+    from .policy import UNCHECKABLE
+
+    if any(marker in why for why in reasons for marker in UNCHECKABLE):
+        unattended = ("change the grant or the step so that the grant can check the "
+                      "step's arguments (from parameters before the run, or with approve: "
+                      "resolved when it is reached)")
+    else:  # the grant could check them, and they are outside it (found by an operator)
+        unattended = "give values the grant allows, or widen the grant in planrun.toml"
     return ApprovalError(
         f"{exc.message}; no grant cleared them — " + "; ".join(reasons),
         code="approval_required",
         hint=f"Clear them with {flags}, or --approve-all, or run on a terminal to be "
-        "asked; for unattended runs, change the grant or the step so that the grant "
-        "can check the step's arguments (from parameters before the run, or with "
-        f"approve: resolved when it is reached) (planrun log {run_id} shows "
+        f"asked; for unattended runs, {unattended} (planrun log {run_id} shows "
         "this too; -v shows the grants and arguments compared).",
-        details=_grant_details(policy, plan, left))
+        details=_grant_details(policy, plan, left), run_id=run_id)
 
 
 def _deny(journal: Journal, run_id: str, on_deny: str | None, reason: str) -> None:

@@ -89,6 +89,8 @@ class PlanrunError(Exception):
         message: what is wrong, one sentence.
         hint: what to do about it (optional).
         details: extra data shown with ``-v`` and in JSON output.
+        run_id: the run the error is about, when there is one (``run_id`` of the JSON
+            error object: a monitor reads it there, not out of the hint's text).
     """
 
     exit_code: int = EXIT_USAGE
@@ -101,12 +103,14 @@ class PlanrunError(Exception):
         code: str | None = None,
         hint: str | None = None,
         details: Any = None,
+        run_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code or self.default_code
         self.message = message
         self.hint = hint
         self.details = details
+        self.run_id = run_id
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}" + (f" {self.hint}" if self.hint else "")

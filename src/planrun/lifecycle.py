@@ -368,7 +368,8 @@ def _indeterminate_error(run_id: str, blocked: list[tuple[str, int | None]],
     many = len(blocked) > 1
     return RunError(
         f"run {run_id}: {'steps' if many else 'step'} {shown} {'were' if many else 'was'} "
-        f"running when the run stopped and {'their tools are' if many else 'its tool is'} not "
+        "cut short (the run stopped, or a timeout killed the call) and "
+        f"{'their tools are' if many else 'its tool is'} not "
         f"idempotent, so the effect is unknown; {then} will not call "
         f"{'them' if many else 'it'} again on its own", code="indeterminate",
         hint=f"Check what happened, then settle each: {cmds}; then planrun {then} {run_id}.",

@@ -72,17 +72,63 @@ def _after_denial(journal: Journal, run: RunRecord) -> str:
     ``approval_required``). Without this its status read as a person's refusal, with no
     next step (found by a fresh operator).
     """
-    plan = run.plan_name
+    import shlex
+
+    again = ["planrun", "execute", shlex.quote(run.plan_name), *_given_again(run.params)]
     events = journal.event_records(run.run_id)
     finished = [e for e in events if e.kind == "run_finished"]
     reason = finished[-1].data.get("reason") if finished and isinstance(
         finished[-1].data, dict) else None
     if reason != "approval_required":
-        return f"planrun execute {plan}"  # a person said no: asked again on a terminal
+        return " ".join(again)  # a person said no: asked again on a terminal
     cleared = {a["step_id"] for a in journal.approvals(run.run_id) if a.get("granted")}
     waiting = list(dict.fromkeys(e.step for e in events if e.kind == "approval_required"
                                  and e.step and e.step not in cleared))
-    return " ".join([f"planrun execute {plan}", *(f"--approve {s}" for s in waiting)])
+    return " ".join([*again, *(f"--approve {shlex.quote(s)}" for s in waiting)])
+
+
+def _given_again(params: dict[str, Any]) -> list[str]:
+    """``-p NAME=VALUE`` for each journaled parameter value, quoted for a shell.
+
+    Every value the run had (defaults too): the command runs the same plan with the same
+    values, not one whose missing parameter quietly takes its default (a fresh operator
+    re-added two of three and got another run). A secret (a reference in the journal) is
+    left out: it is given again as always (``-p``, ``--params-file`` or
+    ``PLANRUN_PARAM_NAME``, SPEC §7). Values are written as ``-p`` reads them: text as
+    it is, anything else as compact JSON.
+    """
+    import json
+    import shlex
+
+    from . import redact
+
+    out = []
+    for name, value in params.items():
+        if value is None or redact.holds_reference(value):
+            continue
+        plain = redact.reveal(value, {})  # unescape a marker a value held literally
+        text = plain if isinstance(plain, str) else json.dumps(
+            plain, ensure_ascii=False, separators=(",", ":"))
+        out.append("-p " + shlex.quote(f"{name}={text}"))
+    return out
+
+
+def _after_failure(journal: Journal, run_id: str, steps: list[dict[str, Any]]) -> str:
+    """What to run after a failed run (or one completed with partial steps).
+
+    A run already retried (or repaired) goes on in its newest child: ``planrun status
+    CHILD`` (retrying it again would only replay what the child did; a morning's
+    ``planrun runs --status failed`` lists the runs already dealt with, found by a fresh
+    operator). Else a step whose effect is unknown is settled first (``resolve``), and
+    then ``retry`` runs the failed and skipped steps (or a partial step's failed items).
+    """
+    children = journal.child_run_ids(run_id)
+    if children:
+        return f"planrun status {children[-1]}"
+    unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
+    if unknown:
+        return f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed"
+    return f"planrun retry {run_id}"
 
 
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
@@ -156,12 +202,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         blocked = _blocked(journal, run_id, run.contracts, steps)
         nxt = (f"planrun resolve {run_id} {blocked} --succeeded|--failed" if blocked
                else f"planrun resume {run_id}")
-    elif status == "failed":
-        unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
-        nxt = (f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed" if unknown
-               else f"planrun retry {run_id}")
-    elif status == "completed" and by_status.get("partial"):
-        nxt = f"planrun retry {run_id}"  # runs the partial steps' failed items again
+    elif status == "failed" or (status == "completed" and by_status.get("partial")):
+        nxt = _after_failure(journal, run_id, steps)
     elif status == "denied":
         nxt = _after_denial(journal, run)
     out = {

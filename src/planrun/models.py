@@ -54,10 +54,13 @@ FacetName = Annotated[str, Field(pattern=FACET_NAME_PATTERN)]
 
 
 class Facets(BaseModel):
-    """``facets`` of a step: small summaries of its output (issue 17, :mod:`planrun.facets`).
+    """``facets`` of a step: small summaries of its output.
 
     Each kind maps a facet name to a path into the output (``files[].ext``).
     """
+
+    # Issue 17; computed by planrun.facets. A model's docstring is its description in
+    # `planrun schema` (an editor shows it): user words only there.
 
     model_config = _STRICT
     paths: dict[FacetName, str] = Field(default_factory=dict)
@@ -67,7 +70,9 @@ class Facets(BaseModel):
 
 
 class Step(BaseModel):
-    """One step of a plan (SPEC §3)."""
+    """One step of a plan: a tool called with arguments."""
+
+    # SPEC §3
 
     model_config = _STRICT
     id: Annotated[str, Field(pattern=STEP_ID_PATTERN)]
@@ -117,7 +122,9 @@ class Plan(PlanHead):
 
 
 class Tool(BaseModel):
-    """One entry of ``tools.yaml`` (SPEC §2)."""
+    """One entry of ``tools.yaml``: a tool and its contract."""
+
+    # SPEC §2
 
     model_config = _STRICT
     description: str | None = None
@@ -155,7 +162,7 @@ class Tool(BaseModel):
 
 
 class Registry(BaseModel):
-    """``tools.yaml``: a mapping of tool names to :class:`Tool` entries."""
+    """``tools.yaml``: a mapping of tool names to their entries."""
 
     # Only `planrun schema` uses it (tools are checked one by one as Tool).
     model_config = ConfigDict(**_STRICT, defer_build=True)

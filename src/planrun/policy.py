@@ -259,6 +259,11 @@ class Covered:
     calls: list[dict[str, Any]] | None
 
 
+#: How :func:`grant_for` says a grant could not check what it bounds (the arguments are
+#: known only when the step is reached): the fix is to make them known, not other values.
+UNCHECKABLE = ("cannot check arguments only known at run time", "is not known before the run")
+
+
 def grant_for(policy: Policy, covered: list[Covered], step_id: str,
               at: datetime | None = None) -> tuple[Grant | None, str]:
     """The grant that clears ``step_id``, or (None, why none does).
@@ -278,7 +283,7 @@ def grant_for(policy: Policy, covered: list[Covered], step_id: str,
             reasons.append(f"grant {g.id!r} expired at {g.expires.isoformat()}")
             continue
         if target.calls is None:
-            reasons.append(f"grant {g.id!r} cannot check arguments only known at run time")
+            reasons.append(f"grant {g.id!r} {UNCHECKABLE[0]}")
             continue
         if g.arguments is not None:
             validator = strict_validator(g.arguments)
@@ -302,8 +307,8 @@ def grant_for(policy: Policy, covered: list[Covered], step_id: str,
                     else:
                         total += float(amount)
             if unknown:
-                reasons.append(f"grant {g.id!r}: the run's total of {g.amount_field!r} is "
-                               "not known before the run")
+                reasons.append(f"grant {g.id!r}: the run's total of {g.amount_field!r} "
+                               f"{UNCHECKABLE[1]}")
                 continue
             if total > g.max_total:
                 reasons.append(f"grant {g.id!r}: the run's total {g.amount_field} {total:g} "

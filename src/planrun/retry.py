@@ -178,7 +178,8 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                            root_run_id=row.root_run_id, owner=owner,
                            max_parallel=int(parallel), keep_going=keep_going, state=state,
                            progress=progress, also_leased=[parent_id],
-                           approver=approver, approve=set(approve), approve_all=approve_all)
+                           approver=approver, approve=set(approve), approve_all=approve_all,
+                           begun=f"started (a retry of {parent_id})")
     outcome.notes.extend([note] if note else [])
     return outcome
 

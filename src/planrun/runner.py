@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import redact
 from .clearance import clear_approvals, covered, record_decision
-from .errors import EXIT_SIGINT
+from .errors import EXIT_SIGINT, JournalError
 from .journal import Journal, NewRun
 from .outcome import RunOutcome
 from .params import UNKNOWN
@@ -116,6 +116,22 @@ def new_run(plan: CheckedPlan, *, run_id: str, root_run_id: str, owner: str,
                   status="running", created_at=now(), lease_owner=owner)
 
 
+def journal_stopped(exc: JournalError, run_id: str) -> JournalError:
+    """``exc`` (exit 6) as the error that stopped run ``run_id``: named, with the way on.
+
+    The journal keeps what was committed, so the run waits (``running``, nobody driving
+    it) for ``planrun resume RUN`` once its journal can be written again; a message that
+    named no run (and offered another journal) sent an operator whose journal's disk
+    filled up mid-run the wrong way (found by a fresh operator).
+    """
+    if exc.run_id is not None:
+        return exc  # said already (a nested guard)
+    hint = (exc.hint + " " if exc.hint else "") + (
+        f"Run {run_id} keeps what was committed: `planrun resume {run_id}` continues it.")
+    return JournalError(f"run {run_id} stopped: {exc.message}", code=exc.code, hint=hint,
+                        details=exc.details, run_id=run_id)
+
+
 @contextlib.contextmanager
 def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
     """Turn an unexpected exception (a bug) into a ``failed`` run (SPEC §5).
@@ -134,6 +150,8 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
 
     try:
         yield
+    except JournalError as exc:
+        raise journal_stopped(exc, run_id) from None
     except PlanrunError:
         raise
     except Exception as exc:
@@ -157,14 +175,30 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
 
 
 
+def _announce(progress: Any, run_id: str, plan: CheckedPlan, begun: str) -> None:
+    """Send the display its ``run`` event: ``{run_id, plan, revision, begun, at}``.
+
+    ``begun``: "started", "resumed", …; ``at``: now, RFC 3339 UTC. A display that fails
+    is a report, never part of the run (SPEC §5).
+    """
+    from .journal.base import now
+
+    with contextlib.suppress(Exception):
+        progress("run", "", {"run_id": run_id, "plan": plan.name,
+                             "revision": plan.revision, "begun": begun, "at": now()})
+
+
 def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,
           root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
           state: dict[str, Any] | None = None, progress: Any = None,
           fresh: bool = False, also_leased: list[str] | None = None,
           dispatcher: Dispatcher | None = None, approver: Any = None,
           approve: set[str] | frozenset[str] = frozenset(),
-          approve_all: bool = False) -> RunOutcome:
+          approve_all: bool = False, begun: str | None = None) -> RunOutcome:
     """Run the run's pending steps to the end, record its status.
+
+    ``begun`` is how the display's first line says the run begins here (default:
+    "started" for a ``fresh`` run, else "resumed").
 
     ``approver``, ``approve`` and ``approve_all`` clear ``approve: resolved`` steps at
     dispatch (:mod:`planrun.execution.gate`); a step nobody clears leaves the run
@@ -192,6 +226,8 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
                         also_leased=also_leased or [], dispatcher=dispatcher,
                         approver=approver, approve=frozenset(approve),
                         approve_all=approve_all)
+    if progress is not None:
+        _announce(progress, run_id, plan, begun or ("started" if fresh else "resumed"))
     try:
         status = executor.run()
     except Exception as exc:

@@ -88,7 +88,7 @@ STEP_KEYS = {"id", "tool", "status", "attempts", "started_at", "finished_at", "d
              "output_bytes", "replayed", "approved_by", "error"}
 # SPEC §8's keys, plus the run's project folder (issue 10: one journal, many projects).
 RUN_SUMMARY_KEYS = {"run_id", "plan", "revision", "status", "started_at", "finished_at",
-                    "counts", "project"}
+                    "counts", "project", "parent_run_id", "retried_as"}
 
 
 

@@ -82,7 +82,7 @@ def approve(
         progress=progress), project=project, journal=journal, param=param,
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json)
-    _finish(outcome, as_json, no_color)
+    _finish(outcome, as_json, no_color, quiet)
 
 
 def _say(result: dict[str, Any], stream_err: bool = False) -> None:

@@ -76,6 +76,8 @@ def guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> 
         if as_json:
             from ..ui import print_json
 
-            print_json({"ok": False, "error": {"code": exc.code, "message": exc.message,
-                                               "hint": exc.hint}})
+            error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
+            if exc.run_id is not None:
+                error["run_id"] = exc.run_id
+            print_json({"ok": False, "error": error})
         fail(exc, verbose)

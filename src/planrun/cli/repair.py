@@ -57,4 +57,4 @@ def repair(
         keep_going=keep_going, progress=progress), project=project, journal=journal,
         param=param, params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json)
-    _finish(result, as_json, no_color)
+    _finish(result, as_json, no_color, quiet)

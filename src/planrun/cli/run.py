@@ -83,7 +83,7 @@ def execute(
         else:
             ui.print_dry_run(result)
         raise typer.Exit(0)
-    _finish(result, as_json, no_color)
+    _finish(result, as_json, no_color, quiet)
 
 
 def _planned(plan: str | None, planner: str | None, goal: str | None,
@@ -153,13 +153,21 @@ def _executor(value: str) -> str:
         raise UsageError(str(exc)) from None
 
 
-def _finish(outcome: Any, as_json: bool, no_color: bool) -> NoReturn:
-    """Print a driven run's notes and manifest; exit with its status (SPEC §9)."""
+def _finish(outcome: Any, as_json: bool, no_color: bool, quiet: bool) -> NoReturn:
+    """Print a driven run's notes and manifest; exit with its status (SPEC §9).
+
+    Where progress is plain lines (stderr not a terminal) and not ``--quiet``, the run's
+    end is also one line on stderr (:func:`planrun.ui.print_run_end`).
+    """
+    import sys
+
     from .. import ui
 
     for note in outcome.notes:
         ui.err(f"planrun: note: {note}")
     _say_awaiting(outcome.manifest)
+    if not quiet and not ui.is_terminal(sys.stderr):
+        ui.print_run_end(outcome.manifest)
     if as_json:
         ui.print_json(outcome.manifest)
     else:
@@ -232,7 +240,7 @@ def resume(
         journal=journal, param=param, params_file=params_file,
         approval_timeout=approval_timeout, quiet=quiet, no_color=no_color, verbose=verbose,
         as_json=as_json, executor=executor)
-    _finish(result, as_json, no_color)
+    _finish(result, as_json, no_color, quiet)
 
 
 def resolve(
@@ -302,4 +310,4 @@ def retry(
         progress=progress, from_step=from_step), project=project, journal=journal, param=param,
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json, executor=executor)
-    _finish(result, as_json, no_color)
+    _finish(result, as_json, no_color, quiet)

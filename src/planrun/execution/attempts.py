@@ -94,7 +94,8 @@ class Attempts(RunParts):
         """Journal the dispatch record and wait for its commit (record, then call)."""
         self.journal.step_started(self.run_id, step.id, attempt=attempt, key=key,
                                   root_run_id=self.root_run_id, item=item, defer=True,
-                                  arguments_digest=args_digest)
+                                  arguments_digest=args_digest,
+                                  idempotent=step.tool.entry.idempotent)
         await self._commit_dispatch(step.id, key, item)
         if item is None:
             self.state[step.id].status = "running"

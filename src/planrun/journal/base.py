@@ -10,6 +10,7 @@ supplies connections, transactions and the few SQL fragments that differ.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable
@@ -151,8 +152,16 @@ class JournalBase:
     def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if et is None:
+            self.close()
+            return
+        # An error is on its way out: the deferred records are tried once more, but a
+        # failure to write them never takes that error's place (a journal whose disk
+        # filled up mid-run said so without naming the run: the close's second error
+        # masked the one that did; found by a fresh operator).
+        with contextlib.suppress(JournalError):
+            self.close()
 
     def _c(self) -> Conn:
         if self.conn is None:
@@ -165,8 +174,6 @@ class JournalBase:
     def snapshot(self) -> Any:
         """``with journal.snapshot():`` the reads inside see one state of the journal."""
         if self.conn is None:
-            import contextlib
-
             return contextlib.nullcontext()
         return self.backend.snapshot(self.conn)
 

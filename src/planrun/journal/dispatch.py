@@ -19,8 +19,11 @@ class DispatchMixin(JournalBase):
 
     def step_started(self, run_id: str, step_id: str, *, attempt: int, key: str,
                      root_run_id: str, item: int | None = None, defer: bool = False,
-                     arguments_digest: str | None = None) -> str:
+                     arguments_digest: str | None = None, idempotent: bool = True) -> str:
         """The dispatch record: step (or item) ``running`` with its key claimed.
+
+        ``idempotent``: whether the step's tool may be called again under a key another
+        run's call was cut short with (:meth:`_refuse_live_claim`).
 
         ``arguments_digest`` (SHA-256 of the canonical JSON of the resolved arguments in
         reference form) goes into the ``step_started`` event's data, next to ``attempt``
@@ -44,7 +47,7 @@ class DispatchMixin(JournalBase):
         extra = {"arguments_digest": arguments_digest} if arguments_digest else {}
         if item is not None and defer and self.backend.BATCH_CLAIMS:
             self._claim_later(run_id, step_id, root_run_id, (item, attempt, key, ts),
-                              extra)
+                              extra, idempotent)
             return ts
         table, where, args = self._target(run_id, step_id, item)
         message = f"step {step_id!r} of run {run_id} is not pending"
@@ -68,7 +71,7 @@ class DispatchMixin(JournalBase):
                 "AND status IN ('pending', 'running', 'indeterminate')",
                 (attempt, key, ts, *args), message)
             if not self.fresh_keys:
-                self._refuse_live_claim(c, [key], run_id)
+                self._refuse_live_claim(c, [key], run_id, idempotent)
             c.execute(
                 "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
                 "status, claimed_at) VALUES (?, ?, ?, ?, ?, 'running', ?) "
@@ -114,35 +117,53 @@ class DispatchMixin(JournalBase):
                 c.execute("DELETE FROM idempotency_keys WHERE key = ? AND "
                           "status = 'running'", (key,))
 
-    def _refuse_live_claim(self, c: Conn, keys: Sequence[str], run_id: str) -> None:
-        """Refuse a key (any of ``keys``) another run has claimed and is still driving.
+    def _refuse_live_claim(self, c: Conn, keys: Sequence[str], run_id: str,
+                           idempotent: bool = True) -> None:
+        """Refuse a key (any of ``keys``) another run claimed for a call not known to end.
 
-        Two retries of one run at once must not both call the same non-idempotent step.
-        One query for any number of keys.
+        A key ``running`` in another run is a call that run made and did not see end:
+
+        - that run is still driven (its lease live): two runs must not both call it —
+          two retries of one run at once, two runs of a ``dedupe: plan`` tool;
+        - that run stopped (interrupted, killed, its lease expired): the call's effect is
+          unknown, as for a step resume finds ``running``. An ``idempotent`` tool is
+          called again under the key (SPEC §7), anything else is refused until a person
+          settles that run's step (``planrun resolve``). Taking the key over silently
+          called a non-idempotent step twice: a second ``retry`` after the first was
+          interrupted inside it, a fresh run after a ``dedupe: plan`` call crashed (found
+          by an attacker).
+
+        A claim of the run whose lease this process holds (a retry holds its parent's for
+        the whole child run) is taken over: nobody else can be calling it. One query for
+        any number of keys.
 
         Raises:
-            RunError: ``run_busy`` (exit 5): a live run is calling one of the keys.
+            RunError: ``run_busy`` (exit 5): a live run is calling one of the keys;
+                ``indeterminate`` (exit 5): a stopped run's call of one is unknown and the
+                tool is not idempotent.
         """
         rows = c.execute(
             "SELECT k.run_id, r.lease_owner, r.lease_epoch, r.lease_expires, "
-            f"r.lease_expires - {self.backend.NOW_SQL}, r.lease_boot, r.lease_start "
+            f"r.lease_expires - {self.backend.NOW_SQL}, r.lease_boot, r.lease_start, "
+            "k.step_id, k.item_index "
             "FROM idempotency_keys k JOIN runs r ON r.run_id = k.run_id "
             f"WHERE k.key IN ({', '.join('?' for _ in keys)}) AND k.status = 'running' "
             "AND k.run_id != ?", (*keys, run_id)).fetchall()
         for row in rows:
-            if not row[1] or row[1] == self.owner:
-                # No lease, or this process holds it: a retry holds its parent's lease for
-                # the whole child run, so the parent's claim of a call left indeterminate
-                # is stale (nobody else can be calling it) and the child takes it over.
+            if row[1] and row[1] == self.owner:
                 continue
-            lease = lease_record(row[1:])
-            if not lease.expired and lease.holder_alive() is not False:
-                raise RunError(f"run {row[0]} ({lease.owner}) is calling the same step with "
-                               "the same idempotency key right now", code="run_busy",
-                               hint="Wait for that run to finish.")
+            if row[1]:
+                lease = lease_record(row[1:7])
+                if not lease.expired and lease.holder_alive() is not False:
+                    raise RunError(f"run {row[0]} ({lease.owner}) is calling the same step "
+                                   "with the same idempotency key right now",
+                                   code="run_busy", hint="Wait for that run to finish.")
+            if not idempotent:
+                raise _unknown_elsewhere(str(row[0]), str(row[7]), row[8], run_id)
 
     def _claim_later(self, run_id: str, step_id: str, root_run_id: str,
-                     claim: tuple[int, int, str, str], extra: dict[str, Any]) -> None:
+                     claim: tuple[int, int, str, str], extra: dict[str, Any],
+                     idempotent: bool = True) -> None:
         """Defer one fan-out item's dispatch record into a batch claim (:class:`_Claims`).
 
         Claims of one step deferred one after another (the items that start together)
@@ -153,7 +174,7 @@ class DispatchMixin(JournalBase):
         if isinstance(last, _Claims) and last.target == (run_id, step_id, root_run_id):
             last.claims.append(claim)
         else:
-            last = _Claims(self, (run_id, step_id, root_run_id), [claim])
+            last = _Claims(self, (run_id, step_id, root_run_id), [claim], idempotent)
             self._deferred.append(last)
         last.extra[claim[0]] = extra
 
@@ -200,9 +221,11 @@ class _Claims:
     """
 
     def __init__(self, journal: DispatchMixin, target: tuple[str, str, str],
-                 claims: list[tuple[int, int, str, str]]) -> None:
+                 claims: list[tuple[int, int, str, str]], idempotent: bool = True) -> None:
         self.journal = journal
         self.target = target
+        #: Whether the step's tool may be called again under another run's unknown claim.
+        self.idempotent = idempotent
         #: (item index, attempt, idempotency key, start time) per item.
         self.claims = claims
         #: item index → what its ``step_started`` event adds (``arguments_digest``).
@@ -237,7 +260,8 @@ class _Claims:
             (*(v for claim in claims for v in claim), run_id, step_id, run_id, step_id,
              *indices), message, rows=len(claims))
         if not journal.fresh_keys:
-            journal._refuse_live_claim(c, [key for _, _, key, _ in claims], run_id)
+            journal._refuse_live_claim(c, [key for _, _, key, _ in claims], run_id,
+                                       self.idempotent)
         c.execute(
             "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, item_index, "
             f"status, claimed_at) VALUES {', '.join('(?, ?, ?, ?, ?, ?, ?)' for _ in claims)} "
@@ -249,3 +273,17 @@ class _Claims:
             ("step_started", step_id, idx,
              {"attempt": attempt, "key": key, **self.extra.get(idx, {})}, ts)
             for idx, attempt, key, ts in claims])
+
+
+def _unknown_elsewhere(other: str, step_id: str, item: int | None, run_id: str) -> RunError:
+    """``indeterminate`` (exit 5): run ``other`` stopped inside this call (same key)."""
+    where = step_id if item is None else f"{step_id} --item {item}"
+    shown = step_id if item is None else f"{step_id}[{item}]"
+    return RunError(
+        f"step {shown} was being called by run {other} with the same idempotency key when "
+        "that run stopped, and its tool is not idempotent: the effect is unknown, so it is "
+        "not called again", code="indeterminate",
+        hint=f"Check what happened, then settle it there: planrun resolve {other} {where} "
+        f"--succeeded [--output JSON] | --failed [--reason TEXT]; then planrun resume "
+        f"{run_id} (a settled success is replayed, a failure runs again).",
+        details={"run_id": other, "step": step_id, "item": item}, run_id=run_id)

@@ -200,16 +200,17 @@ class ReadsMixin(JournalBase):
             where.append("(project = ? OR project IS NULL)")
             args.append(project)
         picked = ("SELECT run_id, plan_name, revision, status, created_at, finished_at, "
-                  "project, seq FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+                  "project, seq, parent_run_id FROM runs"
+                  + (" WHERE " + " AND ".join(where) if where else "")
                   + " ORDER BY created_at DESC, seq DESC")
         if limit is not None:
             picked += " LIMIT ?"
             args.append(limit)
         sql = (f"SELECT r.run_id, r.plan_name, r.revision, r.status, r.created_at, "
-               "r.finished_at, r.project, s.status, COUNT(s.step_id) "
+               "r.finished_at, r.project, r.parent_run_id, s.status, COUNT(s.step_id) "
                f"FROM ({picked}) r LEFT JOIN steps s ON s.run_id = r.run_id "
                "GROUP BY r.run_id, r.plan_name, r.revision, r.status, r.created_at, "
-               "r.finished_at, r.project, r.seq, s.status "
+               "r.finished_at, r.project, r.seq, r.parent_run_id, s.status "
                "ORDER BY r.created_at DESC, r.seq DESC")
         try:
             rows = self.conn.execute(sql, args).fetchall()
@@ -217,17 +218,36 @@ class ReadsMixin(JournalBase):
             raise self.backend.fail(exc, "read") from None
         out: list[dict[str, Any]] = []
         by_run: dict[str, dict[str, int]] = {}
-        for run_id, name, revision, st, created, finished, proj, step_st, n in rows:
+        for run_id, name, revision, st, created, finished, proj, parent, step_st, n in rows:
             if run_id not in by_run:
                 by_run[run_id] = {}
                 out.append({"run_id": run_id, "plan": name, "revision": revision,
                             "status": st, "started_at": created, "finished_at": finished,
-                            "counts": {}, "project": proj})
+                            "counts": {}, "project": proj, "parent_run_id": parent,
+                            "retried_as": None})
             if step_st is not None:
                 by_run[run_id][step_st] = int(n)
         for summary in out:
             summary["counts"] = count_summary(by_run[summary["run_id"]])
+        try:
+            self._retried_as(out)
+        except self.backend.DatabaseError as exc:
+            raise self.backend.fail(exc, "read") from None
         return out
+
+    def _retried_as(self, summaries: list[dict[str, Any]]) -> None:
+        """Set each summary's ``retried_as``: its newest child run (a retry or repair)."""
+        ids = [s["run_id"] for s in summaries]
+        newest: dict[str, str] = {}
+        for at in range(0, len(ids), 500):  # well under SQLite's bound parameters
+            chunk = ids[at:at + 500]
+            rows = self._c().execute(
+                "SELECT parent_run_id, run_id FROM runs WHERE parent_run_id IN ("
+                + ", ".join("?" for _ in chunk) + ") ORDER BY created_at, seq", chunk)
+            for parent, child in rows:
+                newest[str(parent)] = str(child)
+        for s in summaries:
+            s["retried_as"] = newest.get(s["run_id"])
 
     @_reads
     def events(self, run_id: str) -> list[dict[str, Any]]:

@@ -130,7 +130,9 @@ def _header(r: RunReport) -> str:
         ("plan", f'{_e(plan["name"])} revision {_e(plan["revision"])}'
          + (f' — <code>{_e(plan["file"])}</code>' if plan.get("file") else "")),
         ("digest", f'<code>{_e(plan.get("digest"))}</code>'),
-        ("status", badge(m["status"])),
+        ("status", badge(m["status"]) + (
+            " \N{EM DASH} nobody drives it: its process is gone (see next)"
+            if m.get("driven") is False else "")),
         ("steps", f'{_e(c["total"])} — {_e(counts) or "none ran"}'),
         ("started", _e(m.get("started_at") or "\N{EN DASH}")),
         ("finished", _e(m.get("finished_at") or "not finished")),

@@ -223,7 +223,9 @@ def _step_line(step: dict[str, Any], run: dict[str, Any] | None = None) -> str:
         bits.append(f"approved by {step['approved_by']}")
     if step.get("error"):
         e = step["error"]
-        bits.append(f"[{e.get('code')}] {e.get('message')}")
+        # on one line, as the item errors under it (a tool's several lines of stderr in
+        # the message broke the summary's layout; found by a fresh operator)
+        bits.append(f"[{e.get('code')}] {' '.join(str(e.get('message')).split())}")
     if step.get("facets"):
         bits.append(f"facets {_facets_text(step['facets'])}")
     return "  ".join(bits)
@@ -254,11 +256,8 @@ def _item_error_lines(m: dict[str, Any]) -> list[str]:
     return lines
 
 
-def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
-    """The human summary of a run on stdout (a table on a terminal).
-
-    Failed steps are named with their error message either way.
-    """
+def run_headline(m: dict[str, Any]) -> str:
+    """``run ID (PLAN rN): STATUS — S/T succeeded, …  in D s``: a manifest in one line."""
     c = m["counts"]
     state = m["status"]
     if m.get("driven") is False:
@@ -274,6 +273,31 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
         wall = m.get("wall_s")
         if wall is not None and wall - m["duration_s"] >= 1:
             head += f" of work ({wall:.2f}s since it started)"
+    return head
+
+
+def print_run_end(m: dict[str, Any]) -> None:
+    """The end of a driven run as one line on stderr, with its ``next`` command.
+
+    ``planrun: run ID (PLAN rN): STATUS — … at FINISHED; next: CMD``. Printed where the
+    progress is plain lines (stderr not a terminal: a cron or CI log), so that the log
+    alone says which run it was, how it ended and what to do next, also when the manifest
+    went elsewhere (``--json`` on stdout). Found by a fresh operator.
+    """
+    line = "planrun: " + run_headline(m)
+    if m.get("finished_at"):
+        line += f" at {m['finished_at']}"
+    if m.get("next"):
+        line += f"; next: {m['next']}"
+    err(line)
+
+
+def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
+    """The human summary of a run on stdout (a table on a terminal).
+
+    Failed steps are named with their error message either way.
+    """
+    head = run_headline(m)
     if is_terminal(sys.stdout):
         from rich.table import Table
 
@@ -343,6 +367,8 @@ def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None,
         where = f"  {r.get('project') or '?'}" if not here else ""
         gone = "  (nobody drives it: planrun status shows what next)" \
             if r.get("driven") is False else ""
+        if r.get("retried_as"):
+            gone += f"  (retried as {r['retried_as']})"
         running = f", {c['running']} running" if r.get("driven") is False and c.get(
             "running") else ""
         out(f"{r['run_id']}  {r['started_at']}  {r['status']:<11}  {r['plan']} "
@@ -486,8 +512,11 @@ class TerminalApprover:
 
 def print_explain(report: dict[str, Any]) -> None:
     """``resume --explain``: per step, what resume would do and why."""
-    out(f"run {report['run_id']} is {report['status']}")
     lease = report.get("lease")
+    state = report["status"]
+    if state == "running" and (not lease or lease.get("alive") is False):
+        state += " (nobody drives it: its process is gone)"
+    out(f"run {report['run_id']} is {state}")
     if lease:
         state = {True: "alive", False: "dead", None: "on another host"}[lease["alive"]]
         out(f"lease: {lease['owner']} ({state}, expires in {lease['expires_in_s']} s)")
@@ -577,5 +606,5 @@ from .progress import (  # noqa: E402 - live progress needs the helpers above
 __all__ = ["LiveProgress", "PlainProgress", "TerminalApprover", "can_prompt", "err",
            "github_line", "is_terminal", "issue_line", "item_rate", "out", "print_dry_run",
            "print_error", "print_events", "print_explain", "print_json", "print_json_line",
-           "print_manifest", "print_plan", "print_plans", "print_report", "print_runs",
-           "print_tools", "progress_reporter"]
+           "print_manifest", "print_plan", "print_plans", "print_report", "print_run_end",
+           "print_runs", "print_tools", "progress_reporter", "run_headline"]

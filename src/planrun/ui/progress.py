@@ -58,6 +58,12 @@ class PlainProgress:
             if fan[0] < fan[1] and (fan[0] - fan[4] >= step or now - fan[3] >= self.EVERY_S):
                 self._fan_line(sid, now)
             return
+        if kind == "run":
+            # the first line of a run in a log: which run, which plan, when (a cron log
+            # of many nights must say where each run begins; found by a fresh operator)
+            err(f"planrun: run {info.get('run_id')} ({info.get('plan')} "
+                f"r{info.get('revision')}) {info.get('begun')} at {info.get('at')}")
+            return
         if kind == "started":
             self.started[sid] = now
             if "items" in info:
@@ -70,8 +76,9 @@ class PlainProgress:
             took = now - self.started.pop(sid, now)
             self.fans.pop(sid, None)
             detail = ""
-            if info.get("error"):
-                detail = f": [{info['error'].get('code')}] {info['error'].get('message')}"
+            if info.get("error"):  # one line per event, also for a message of several
+                message = " ".join(str(info["error"].get("message")).split())
+                detail = f": [{info['error'].get('code')}] {message}"
             err(f"planrun: {sid} {kind} in {took:.2f}s{detail}")
         elif kind == "skipped":
             err(f"planrun: {sid} skipped ({info.get('reason')}): {info.get('message')}")
@@ -105,8 +112,10 @@ def _stderr_lines(where: str, info: dict[str, Any]) -> None:
 def _special(kind: str, info: dict[str, Any]) -> None:
     if kind == "interrupt":
         n = info.get("running", 0)
+        again = ("press Ctrl-C again to cancel them now" if is_terminal(sys.stdin)  # no
+                 else f"kill -INT {os.getpid()} cancels them now")  # keyboard under cron
         err(f"planrun: interrupted; no new step starts. Waiting up to {info.get('grace_s')}"
-            f" s for {n} running call(s); press Ctrl-C again to cancel them now.")
+            f" s for {n} running call(s); {again}.")
     elif kind == "cancel":
         err("planrun: cancelling the running calls now")
     elif kind == "timeout":
@@ -170,6 +179,8 @@ class LiveProgress:
     def __call__(self, kind: str, sid: str, info: dict[str, Any]) -> None:
         """Report one executor event (``pause``: stop drawing until the next one)."""
         p = self.progress
+        if kind == "run":
+            return  # a terminal shows the run's summary on stdout at its end
         if kind == "pause":
             if self.live:
                 self.live = False

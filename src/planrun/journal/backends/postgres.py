@@ -661,8 +661,8 @@ def _fail(location: str, exc: BaseException, doing: str,
         return JournalError(
             f"lost the connection to the PostgreSQL journal {shown} while trying to "
             f"{doing} it: {text}",
-            hint="What was committed is kept: once the server is back, `planrun resume` "
-            "continues the run.")
+            hint="What was committed is kept: run the command again once the server is "
+            "back.")
     if state == "55P03":  # lock_not_available: lock_timeout ran out
         return JournalError(
             f"the PostgreSQL journal {shown} stayed busy (another process held its write "

@@ -37,6 +37,7 @@ BUSY_TIMEOUT_MS = 30_000
 
 #: SQLite primary result codes that mean "this file is not a (sound) database".
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_IOERR, _FULL = 10, 13  # SQLITE_IOERR, SQLITE_FULL (primary result codes)
 
 
 def _is_corrupt(exc: BaseException) -> bool:
@@ -47,13 +48,31 @@ def _is_corrupt(exc: BaseException) -> bool:
 
 
 def _fail(path: Path, exc: BaseException, doing: str) -> JournalError:
+    """The :class:`JournalError` (exit 6) of ``exc``, with the fix its cause asks for.
+
+    A journal that cannot be written (its disk full, an I/O error, no permission) is
+    fixed where it is: another journal (``--journal``) would not hold the runs it has, so
+    that is offered only for one that cannot be opened at all (found by a fresh operator
+    whose journal's disk filled up mid-run).
+    """
     text = str(exc)
     if _is_corrupt(exc):
         return JournalError(f"the journal {path} is corrupt or not a planrun journal ({text})",
                             hint="Move it aside and start a new journal with --journal.")
-    return JournalError(f"cannot {doing} the journal {path}: {text}",
-                        hint="Check the path and its permissions, or choose another with "
-                        "--journal.")
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary == _FULL:
+        hint = f"Free space on the disk that holds {path}."
+    elif primary == _IOERR:
+        hint = (f"Check the disk that holds {path}: its free space, and errors in the "
+                "system's log.")
+    elif doing in ("open", "create", "create the folder of"):
+        hint = "Check the path and its permissions, or choose another with --journal."
+    elif doing == "read":
+        hint = f"Check that {path} can be read."
+    else:
+        hint = f"Check that {path} and its folder can be written."
+    return JournalError(f"cannot {doing} the journal {path}: {text}", hint=hint)
 
 
 def _is_dir(path: Path) -> JournalError:
