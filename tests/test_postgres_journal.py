@@ -130,6 +130,41 @@ def test_an_unknown_role_with_a_password(cli: CliProject, pg_cluster: Any) -> No
     assert "password=***" in r.stderr, r
 
 
+#: Commands naming a run that is not there (a mistyped id), or none in an empty journal.
+UNKNOWN_RUN = [("status", "abcd"), ("log", "abcd"), ("output", "abcd", "a"),
+               ("report", "abcd"), ("resolve", "abcd", "a", "--failed"), ("retry", "abcd"),
+               ("approve", "abcd", "--all"), ("unlock", "abcd"), ("resume", "abcd")]
+NO_RUN_YET = [("status",), ("log",), ("output", "last", "a"), ("report",), ("resume",)]
+
+
+def test_no_message_about_a_run_shows_the_urls_password(cli: CliProject,
+                                                        pg_cluster: Any) -> None:
+    """``unknown_run``, "no run yet" and "the journal is empty" named the journal by its
+    raw URL, password and all, for any mistyped run id (found by an attacker)."""
+    secret = "s3cretPW42"
+    cli.tools(TOOLS)
+    cli.plan("one", "planrun: 1\ngoal: One step\nsteps:\n"
+                    "  - {id: a, tool: once, arguments: {label: a}}\n")
+
+    def spellings(url: str) -> list[str]:
+        return [url.replace("postgresql:///", f"postgresql://postgres:{secret}@/"),
+                f"{url}&password={secret}"]
+
+    used, empty = pg_cluster.database("used"), pg_cluster.database("empty")
+    assert cli.run("execute", "one", "--journal", spellings(used)[0]).returncode == 0
+    seen = 0
+    for location, commands in ((used, UNKNOWN_RUN), (empty, NO_RUN_YET)):
+        for url in spellings(location):
+            for args in commands:
+                json_too = args[0] not in ("output", "report")  # those have no --json
+                for extra in ((), ("--json",)) if json_too else ((),):
+                    r = cli.run(*args, *extra, "--journal", url)
+                    assert r.returncode == 5, r  # unknown_run / run_not_resumable
+                    assert secret not in r.stdout + r.stderr, r
+                    seen += 1
+    assert seen == 2 * (2 * (len(UNKNOWN_RUN) + len(NO_RUN_YET)) - 4)
+
+
 def _sql(url: str, statement: str) -> None:
     import psycopg
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import JournalError, RunError
-from .backends import Fail, JournalBackend, open_backend
+from .backends import Fail, JournalBackend, open_backend, shown_location
 from .records import dumps
 
 #: A connection of the backend (its driver's type).
@@ -119,7 +119,11 @@ class JournalBase:
 
     def __init__(self, path: Path | str, *, write: bool) -> None:
         self.backend: JournalBackend = open_backend(path)
+        #: Where the journal is, to connect to: a URL may hold a password. Messages use
+        #: :attr:`shown`.
         self.path = path
+        #: The location for messages: a URL's password masked (``shown_location``).
+        self.shown = shown_location(path)
         self.conn: Conn | None = self.backend.open(write=write)
         #: When set, step writes check that this owner still holds the run's lease.
         self.owner: str | None = None
@@ -165,7 +169,7 @@ class JournalBase:
 
     def _c(self) -> Conn:
         if self.conn is None:
-            raise JournalError(f"the journal {self.path} is not open for this")
+            raise JournalError(f"the journal {self.shown} is not open for this")
         return self.conn
 
     def _write(self) -> Any:

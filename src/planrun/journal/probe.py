@@ -55,7 +55,9 @@ class Probe:
             return journal.resolve_run_id(run_id)
         ids = journal.run_ids()
         if not ids:
-            raise RunError(f"no run in {self.location}", code="unknown_run")
+            from .backends import shown_location
+
+            raise RunError(f"no run in {shown_location(self.location)}", code="unknown_run")
         return ids[0]
 
     def run_ids(self) -> list[str]:

@@ -35,12 +35,12 @@ class ReadsMixin(JournalBase):
             RunError: ``unknown_run`` (none, or an ambiguous prefix).
         """
         if self.conn is None:
-            raise RunError(f"no run {ref!r} (the journal {self.path} is empty)",
+            raise RunError(f"no run {ref!r} (the journal {self.shown} is empty)",
                            code="unknown_run", hint="List runs with `planrun runs`.")
         if ref == "last":
             latest = self.latest_run(self.project)
             if latest is None:
-                raise RunError(f"no run yet in {self.path}"
+                raise RunError(f"no run yet in {self.shown}"
                                + (f" for the project {self.project}" if self.project else ""),
                                code="unknown_run", hint="List every project's runs with "
                                "`planrun runs --all`.")
@@ -59,7 +59,7 @@ class ReadsMixin(JournalBase):
         if exact:
             return str(exact[0])
         if not rows:
-            raise RunError(f"no run {ref!r} in {self.path}", code="unknown_run",
+            raise RunError(f"no run {ref!r} in {self.shown}", code="unknown_run",
                            hint="List runs with `planrun runs`.")
         if len(rows) > 1:
             raise RunError(f"run id prefix {ref!r} is ambiguous ({', '.join(r[0] for r in rows)}"
