@@ -17,7 +17,10 @@ import resource
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from test_operator import killed_waiting_run, ops_project, run, start_waiting_run
 
@@ -149,6 +152,53 @@ def test_a_journal_that_cannot_be_written_mid_run_names_the_run_and_the_way_on(
     again = run(app, "resume", run_id, "--json", env=env)
     assert again.returncode == 0, again
     assert json.loads(again.stdout)["steps"][0]["items"]["succeeded"] == 80
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 700 KB file system (tmpfs): writes past it fail with ENOSPC, as on a full
+    disk. Skipped where this process may not mount one (not root, no CAP_SYS_ADMIN)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(where)],
+                          capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+def test_a_fan_out_whose_journal_fills_up_ends_with_one_message(tmp_path: Path,
+                                                               small_disk: Path) -> None:
+    """The other workers of the fan-out were left to fail again at the loop's shutdown,
+    each printing a traceback (found by an attacker whose journal's disk filled up)."""
+    app = ops_project(tmp_path / "app")
+    with (app / "tools.yaml").open("a", encoding="utf-8") as f:
+        f.write("""\
+  mark:
+    python: marktools:mark
+    arguments: {type: object, properties: {n: {type: integer}}, required: [n],
+                additionalProperties: false}
+""")
+    (app / "marktools.py").write_text(
+        "import os\n\n\ndef mark(n):\n    with open(f'marks-{n % 8}', 'a') as f:\n"
+        "        f.write(f'{n}\\n')\n        f.flush()\n        os.fsync(f.fileno())\n"
+        "    return {'n': n}\n", encoding="utf-8")
+    (app / "plans" / "many.yaml").write_text(
+        "planrun: 1\ngoal: Many small calls\nmax_parallel: 8\nsteps:\n"
+        "  - {id: each, tool: mark, for_each: " + json.dumps(list(range(2000)))
+        + ', arguments: {n: "{item}"}}\n', encoding="utf-8")
+    env = {**os.environ, "PLANRUN_JOURNAL": str(small_disk / "journal.sqlite3")}
+    cut = subprocess.run([sys.executable, "-m", "planrun", "execute", "many"], cwd=app,
+                         env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=120)
+    assert cut.returncode == 6, cut
+    assert "disk is full" in cut.stderr, cut.stderr
+    assert "Traceback" not in cut.stderr, cut.stderr
+    assert "unhandled exception" not in cut.stderr, cut.stderr
+    assert cut.stderr.count("error[journal]") == 1, cut.stderr
 
 
 GRANTED = """\

@@ -330,6 +330,61 @@ def test_another_host_resumes_only_after_the_dead_hosts_lease_expires(
     assert run.lease is None
 
 
+@pytest.mark.parametrize("cut", ["heartbeat", "both"])
+def test_a_process_that_cannot_renew_its_lease_gives_the_run_up_before_it_runs_out(
+        cli: CliProject, pg_url: str, monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
+    """The heartbeat's connection failed silently: the lease ran out while the process
+    still drove the run, and a resume called its step a second time (found by an
+    attacker). Now the process gives the run up two beats into failing renewals, before
+    anyone can take it over; resume completes it, nothing runs twice.
+
+    ``both``: the run's own connection ends too: the journal error ends the run at once
+    (exit 6), not when the python call running in a thread ends (it waited for it)."""
+    name = pg_url.split("///", 1)[1].split("?", 1)[0]
+    role = f"alice_{name[-10:]}"  # roles are the cluster's: one per test
+    _sql(pg_url, f"CREATE ROLE {role} LOGIN")
+    _sql(pg_url, f'ALTER DATABASE "{name}" OWNER TO {role}')
+    url = pg_url.replace("user=postgres", f"user={role}")
+    monkeypatch.setenv("PLANRUN_JOURNAL", url)
+    cli.journal = url
+    monkeypatch.setenv("PLANRUN_TEST_LEASE_TTL_S", "3")
+    cli.tools(TOOLS)
+    cli.plan("hold", HOLD)
+    first = cli.start("execute", "hold", "--json", name="first")
+    cli.wait_started("w", first)
+    import psycopg
+
+    def backends() -> list[int]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            return [int(r[0]) for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE usename = %s "
+                "ORDER BY backend_start", (role,)).fetchall()]
+
+    _wait_for(lambda: len(backends()) == 2, "the heartbeat's own connection")
+    # The run's connection stays; the heartbeat's ends and no new one may be made: its
+    # next renewals cannot reach the journal.
+    _sql(pg_url, f"ALTER ROLE {role} CONNECTION LIMIT {1 if cut == 'heartbeat' else 0}")
+    for pid in backends()[-1:] if cut == "heartbeat" else backends():
+        _sql(pg_url, f"SELECT pg_terminate_backend({pid})")
+    gave_up = cli.finish(first, timeout=30)  # before: it waited in w
+    assert "could not be renewed" in gave_up.stderr or cut == "both", gave_up
+    if cut == "heartbeat":
+        assert gave_up.returncode == 5, gave_up
+        assert "gave the run up before its lease could run out" in gave_up.stderr, gave_up
+    else:
+        assert gave_up.returncode == 6, gave_up
+        assert "lost the connection to the PostgreSQL journal" in gave_up.stderr, gave_up
+
+    _sql(pg_url, f"ALTER ROLE {role} CONNECTION LIMIT -1")
+    cli.touch("go")
+    (run_id,) = cli.probe().run_ids()
+    _wait_for(lambda: (cli.probe().lease(run_id) is None
+                       or cli.probe().lease(run_id).expired), "the lease to run out")
+    done = cli.run("resume", run_id, "--json")
+    assert done.returncode == 0, done
+    assert cli.counts() == {"a": 1, "w": 1, "z": 1}
+
+
 def test_unlock_releases_a_lease_of_another_host(cli: CliProject, pg_url: str,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import redact
 from .clearance import clear_approvals, covered, record_decision
-from .errors import EXIT_SIGINT, JournalError
+from .errors import EXIT_SIGINT, JournalError, PlanrunError
 from .journal import Journal, NewRun
 from .outcome import RunOutcome
 from .params import UNKNOWN
@@ -128,8 +128,10 @@ def journal_stopped(exc: JournalError, run_id: str) -> JournalError:
         return exc  # said already (a nested guard)
     hint = (exc.hint + " " if exc.hint else "") + (
         f"Run {run_id} keeps what was committed: `planrun resume {run_id}` continues it.")
-    return JournalError(f"run {run_id} stopped: {exc.message}", code=exc.code, hint=hint,
-                        details=exc.details, run_id=run_id)
+    stopped = JournalError(f"run {run_id} stopped: {exc.message}", code=exc.code,
+                           hint=hint, details=exc.details, run_id=run_id)
+    stopped.abandoned_calls = getattr(exc, "abandoned_calls", 0)  # type: ignore[attr-defined]
+    return stopped
 
 
 @contextlib.contextmanager
@@ -145,7 +147,7 @@ def internal_guard(journal: Journal, run_id: str) -> Iterator[None]:
     Raises:
         InternalError: code ``internal``, exit 1, with the run's manifest when it can be read.
     """
-    from .errors import InternalError, PlanrunError
+    from .errors import InternalError
     from .executor import internal_error
 
     try:
@@ -232,7 +234,11 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
         status = executor.run()
     except Exception as exc:
         # python calls left running in threads: the CLI must not wait for them at exit
+        # (an error it prints says how many: ``abandoned_calls``, as a LeaseLost does; a
+        # journal error mid-call left planrun waiting for the tool to end)
         exc.planrun_abandoned = executor.abandoned  # type: ignore[attr-defined]
+        if isinstance(exc, PlanrunError) and not getattr(exc, "abandoned_calls", 0):
+            exc.abandoned_calls = executor.abandoned  # type: ignore[attr-defined]
         raise
     inject_fault("finish")
     data: dict[str, Any] | None = None

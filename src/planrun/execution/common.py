@@ -182,19 +182,30 @@ class Heartbeat(threading.Thread):
 
     The event loop may be blocked by a tool (an ``async def`` tool that calls
     ``time.sleep``): the lease must not depend on tools behaving (SPEC §7 "Leases").
-    When the lease is found taken, ``on_lost`` is called from this thread, once.
+    When the lease is found taken, ``on_lost(None)`` is called from this thread, once.
+
+    A lease that cannot be renewed (the journal does not answer this thread: a
+    connection limit, a changed password, a server away) runs out, and then another
+    process may take the run over while this one still calls its steps. So when no
+    renewal has succeeded for two thirds of the lease's time (two beats), this process
+    gives the run up first: ``on_lost(why)``, with what the journal said, a beat before the
+    lease can expire (fencing; a silent heartbeat let a resume call a python step a
+    second time; found by an attacker).
     """
 
     def __init__(self, path: Path | str, run_ids: list[str], owner: str,
-                 on_lost: Callable[[], None]) -> None:
+                 on_lost: Callable[[str | None], None]) -> None:
         super().__init__(name="planrun-lease", daemon=True)
         self.path, self.run_ids, self.owner, self.on_lost = path, run_ids, owner, on_lost
         self.ttl = lease_ttl()
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        """Renew every ``ttl / 3`` seconds until stopped or the lease is found taken."""
+        """Renew every ``ttl / 3`` seconds until stopped or the lease is lost."""
+        import time
+
         journal: Journal | None = None
+        renewed = time.monotonic()
         try:
             while not self.stopped.wait(self.ttl / 3):
                 try:
@@ -202,11 +213,22 @@ class Heartbeat(threading.Thread):
                         journal = Journal(self.path, write=True)
                     held = [journal.renew_lease(rid, self.owner, ttl=self.ttl)
                             for rid in self.run_ids]
-                except Exception:  # a busy or failing journal: try again at the next beat
+                except Exception as exc:  # busy or failing: try again at the next beat,
+                    if journal is not None:  # on a new connection
+                        with contextlib.suppress(Exception):
+                            journal.close()
+                        journal = None
+                    unrenewed = time.monotonic() - renewed
+                    if unrenewed >= self.ttl * 2 / 3:
+                        if not self.stopped.is_set():
+                            self.on_lost(f"the lease could not be renewed for {unrenewed:.0f} "
+                                         f"s ({_said(exc)})")
+                        return
                     continue
+                renewed = time.monotonic()
                 if not held[0]:
                     if not self.stopped.is_set():
-                        self.on_lost()
+                        self.on_lost(None)
                     return
         finally:
             if journal is not None:
@@ -216,6 +238,12 @@ class Heartbeat(threading.Thread):
     def stop(self) -> None:
         """Stop renewing (returns at once; the thread ends at its next beat)."""
         self.stopped.set()
+
+
+def _said(exc: BaseException) -> str:
+    """What an error said, on one line (a journal's error already hides a password)."""
+    text = " ".join(str(getattr(exc, "message", None) or exc).split())
+    return text[:300] or type(exc).__name__
 
 
 class Slots:

@@ -65,7 +65,18 @@ class FanOut(RunParts):
             self.journal.flush()  # this worker waits no more: commit its last outcome
 
         width = min(step.raw.get("max_parallel") or self.max_parallel, len(source)) or 1
-        await asyncio.gather(*(worker() for _ in range(width)))
+        workers = [asyncio.ensure_future(worker()) for _ in range(width)]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            # One worker's error (the journal cannot be written, the lease is lost) ends
+            # the step: the others are cancelled and have ended before it goes on, so that
+            # none is left to fail again at the loop's shutdown, each logged with its
+            # traceback (found by an attacker whose journal's disk filled up).
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
         self._fan_finish(step, items)
 
     def _fan_source(self, step: CheckedStep) -> list[Any] | None:

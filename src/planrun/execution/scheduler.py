@@ -101,6 +101,8 @@ class Executor(Steps, FanOut, Attempts, Gate):
     cancel_reason: tuple[str, str] | None = None
     signal_exit: int | None = None
     lost: bool = False
+    #: Why this process gave the lease up (it could not renew it), or None (:meth:`_lease_taken`).
+    lost_why: str | None = None
     #: Tool calls running now (each fan-out item is one).
     _calls: int = 0
     #: a Ctrl-C was a denial at a prompt (:mod:`.gate`): not an interruption.
@@ -165,10 +167,24 @@ class Executor(Steps, FanOut, Attempts, Gate):
 
     def _lease_lost_error(self) -> LeaseLost:
         self.journal.drop_deferred()
-        holder = self.journal.lease_holder(self.run_id)
+        if self.lost_why is not None:
+            lost = LeaseLost(
+                f"run {self.run_id}: this process gave the run up before its lease could "
+                f"run out: {self.lost_why}; its calls were cancelled and it journals "
+                "nothing more", run_id=self.run_id,
+                hint=f"Once the journal answers again, planrun resume {self.run_id} "
+                "continues it (planrun status shows what is unfinished).")
+            lost.abandoned_calls = self.abandoned  # type: ignore[attr-defined]
+            return lost
+        try:
+            holder = self.journal.lease_holder(self.run_id)
+        except PlanrunError:
+            holder = None
+        taken = (f"lost the run's lease to {holder}" if holder else
+                 "no longer holds the run's lease (it was released or ran out)")
         lost = LeaseLost(
-            f"run {self.run_id}: this process lost the run's lease to "
-            f"{holder or 'nobody'}; its calls were cancelled and it journals nothing more",
+            f"run {self.run_id}: this process {taken}; its calls were cancelled and it "
+            "journals nothing more", run_id=self.run_id,
             hint=f"See what the run is doing with planrun status {self.run_id}.")
         lost.abandoned_calls = self.abandoned  # type: ignore[attr-defined]
         return lost
@@ -216,11 +232,14 @@ class Executor(Steps, FanOut, Attempts, Gate):
         for task in self._running:
             task.cancel()
 
-    def _lease_taken(self) -> None:
+    def _lease_taken(self, why: str | None = None) -> None:
         """From the heartbeat thread: the lease is gone. End our commands' groups now.
 
-        The loop may be blocked by a tool; the calls are cancelled on it when it runs.
+        ``why``: None when another process (or nobody) holds it now; else why this
+        process gave it up (it could not be renewed). The loop may be blocked by a tool;
+        the calls are cancelled on it when it runs.
         """
+        self.lost_why = why
         self._dispatcher.end_all()
         with contextlib.suppress(RuntimeError):  # the loop already closed: the run ended
             self._loop.call_soon_threadsafe(self._on_lease_lost)
@@ -230,9 +249,10 @@ class Executor(Steps, FanOut, Attempts, Gate):
         if self.lost:
             return
         self.lost = True
-        self.stopping = "the run's lease was taken by another process"
+        self.stopping = ("the run's lease was taken by another process"
+                         if self.lost_why is None else "this process gave up the run's lease")
         self.cancel_reason = ("lease_lost", self.stopping)
-        self._emit("lease_lost", "")
+        self._emit("lease_lost", "", why=self.lost_why)
         self._cancel_running()
 
     def _emit(self, kind: str, sid: str, **info: Any) -> None:

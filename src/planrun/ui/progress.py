@@ -121,7 +121,8 @@ def _special(kind: str, info: dict[str, Any]) -> None:
     elif kind == "timeout":
         err("planrun: the run's timeout ran out; cancelling the running calls")
     elif kind == "lease_lost":
-        err("planrun: another process took this run's lease; stopping")
+        err("planrun: another process took this run's lease; stopping" if not info.get("why")
+            else f"planrun: {info['why']}; giving the run up before its lease runs out")
 
 
 class LiveProgress:
