@@ -118,8 +118,9 @@ def _reservation_marker() -> str:
 def check_dirs(source: str, dest: str, name: str) -> Prepared:
     """Check the source, create the destination and reserve the archive name.
 
-    ``source`` must be an existing directory. ``dest`` is created (with its parents) if
-    missing. ``dest`` may be neither ``source`` itself nor inside it, or ``tar`` would
+    ``source`` must be an existing directory. ``dest`` is created if missing, but not
+    its missing parents (a backup disk not mounted: FileNotFoundError). ``dest`` may be
+    neither ``source`` itself nor inside it, or ``tar`` would
     archive its own output. The archive file ``dest/name`` is then created exclusively as
     a small placeholder that ``tar`` overwrites. If that name is taken (a backup started
     in the same second, or any other file of that name) nothing is overwritten: the name
@@ -162,7 +163,7 @@ def check_dirs(source: str, dest: str, name: str) -> Prepared:
     if dst == src or dst.is_relative_to(src):
         raise ValueError(f"dest {str(dst)!r} is inside source {str(src)!r}: the archive "
                          "would contain itself; choose a dest outside the source directory")
-    dst.mkdir(parents=True, exist_ok=True)
+    _make_folder(dst, "dest")
     dst = dst.resolve(strict=True)
     if dst == src or dst.is_relative_to(src):  # a symlink created meanwhile
         raise ValueError(f"dest {str(dst)!r} is inside source {str(src)!r}")
@@ -191,6 +192,25 @@ def check_dirs(source: str, dest: str, name: str) -> Prepared:
             "all exist; refusing to overwrite any: remove stray backup-*.tar.gz files "
             "from dest, then retry")
     return {"source": str(src), "dest": str(dst), "archive": str(archive)}
+
+
+def _make_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` if missing, but never its missing parents.
+
+    A backup disk that is not mounted leaves its mount point's folder missing (or empty):
+    creating the whole path would write the backup onto the disk under it and report it
+    done (found by a fresh operator whose disk vanished mid-run).
+
+    Raises:
+        FileNotFoundError: the parent of ``folder`` does not exist.
+    """
+    try:
+        folder.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{what} {str(folder)!r} cannot be created: its parent {str(folder.parent)!r} "
+            "does not exist (a backup disk that is not mounted?); create it, or mount the "
+            "disk, then retry") from None
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -296,8 +316,11 @@ def prune(dest: str, keep: int) -> PruneResult:
     """Keep the newest ``keep`` archives in ``dest`` and delete the older ones.
 
     Only regular files named exactly ``backup-YYYYMMDDTHHMMSSZ.tar.gz`` (with a real
-    date and time) count as archives; they are ordered by the stamp in their name,
-    newest first. For each archive beyond the newest ``keep``, its sidecars
+    date and time) whose ``.sha256`` and ``.manifest.json`` sidecars both exist count as
+    archives; they are ordered by the stamp in their name, newest first. An archive
+    without them (cut short: a full disk, a crash inside ``tar``) is not counted, so it
+    never makes a good backup go: it is deleted when older than every archive kept, else
+    left and listed (``incomplete``). For each archive that goes, its sidecars
     ``<archive>.sha256`` and ``<archive>.manifest.json`` are deleted first, then the
     archive itself, so an interrupted prune leaves the archive to be pruned next time.
     Every other file (other names, directories, symlinks, orphan sidecars) is left
@@ -308,9 +331,10 @@ def prune(dest: str, keep: int) -> PruneResult:
         keep: how many archives to keep (at least 1).
 
     Returns:
-        ``{"kept": [...], "deleted": [...]}``: file names (not paths) inside ``dest``;
-        ``kept`` lists the archives kept, newest first; ``deleted`` every file deleted
-        (archives and their sidecars), oldest archive first.
+        ``{"kept": [...], "deleted": [...], "incomplete": [...]}``: file names (not
+        paths) inside ``dest``; ``kept`` lists the archives kept, newest first;
+        ``deleted`` every file deleted (archives and their sidecars), oldest archive
+        first; ``incomplete`` the archives without both sidecars, newest first.
 
     Raises:
         ValueError: ``keep`` is less than 1.
@@ -322,16 +346,31 @@ def prune(dest: str, keep: int) -> PruneResult:
     if not folder.is_dir():
         raise NotADirectoryError(f"{dest!r} is not a directory")
     archives: list[tuple[str, str]] = []
+    incomplete: list[tuple[str, str]] = []
     with os.scandir(folder) as entries:
+        names = set()
+        found = []
         for entry in entries:
+            names.add(entry.name)
             match = ARCHIVE_NAME.fullmatch(entry.name)
             if (match and _stamp_time(match.group(1)) is not None
                     and entry.is_file(follow_symlinks=False)):
-                archives.append((match.group(1), entry.name))
+                found.append((match.group(1), entry.name))
+    for stamp, name in found:
+        # a backup counts once its checksum and manifest were written: an archive cut
+        # short (a full disk, a crash inside tar) must not push a good one out
+        whole = all(name + suffix in names for suffix in SIDECAR_SUFFIXES)
+        (archives if whole else incomplete).append((stamp, name))
     archives.sort(reverse=True)
     kept = [name for _stamp, name in archives[:keep]]
+    going = archives[keep:]
+    if len(archives) >= keep:  # an incomplete one older than every kept backup goes too
+        oldest = archives[keep - 1][0]
+        going += [a for a in incomplete if a[0] < oldest]
+        incomplete = [a for a in incomplete if a[0] >= oldest]
+    going.sort(reverse=True)
     deleted: list[str] = []
-    for _stamp, name in reversed(archives[keep:]):
+    for _stamp, name in reversed(going):
         for suffix in SIDECAR_SUFFIXES:
             sidecar = folder / (name + suffix)
             if sidecar.is_file() and not sidecar.is_symlink():
@@ -339,7 +378,8 @@ def prune(dest: str, keep: int) -> PruneResult:
                 deleted.append(sidecar.name)
         (folder / name).unlink()
         deleted.append(name)
-    return {"kept": kept, "deleted": deleted}
+    return {"kept": kept, "deleted": deleted,
+            "incomplete": [name for _stamp, name in sorted(incomplete, reverse=True)]}
 
 
 #: The file :func:`mark_failed` writes in ``dest`` when a nightly run fails.
@@ -357,7 +397,7 @@ class FailureMark(TypedDict):
 def mark_failed(source: str, dest: str) -> FailureMark:
     """Write ``dest/BACKUP-FAILED.json``: the plan's notify step (``run_if: failure``).
 
-    ``dest`` is created (with its parents) if missing, but never inside ``source`` (the
+    ``dest`` is created if missing (not its missing parents), but never inside ``source`` (the
     mistake :func:`check_dirs` refuses: nothing is written into the data being backed up).
     The marker names the run (its run id inside planrun; null outside) and the UTC time;
     an existing marker is replaced. :func:`prune` never touches it (not an archive name).
@@ -383,7 +423,7 @@ def mark_failed(source: str, dest: str) -> FailureMark:
     if folder == src or folder.is_relative_to(src):
         raise ValueError(f"dest {str(folder)!r} is inside source {str(src)!r}; no failure "
                          "marker is written into the data being backed up")
-    folder.mkdir(parents=True, exist_ok=True)
+    _make_folder(folder, "dest")
     path = folder / FAILURE_MARKER
     mark: FailureMark = {"marker": str(path), "run_id": run_id,
                          "failed_at": datetime.now(UTC).isoformat(timespec="seconds")}

@@ -114,6 +114,7 @@ def test_validate_all_plans_is_clean(tmp_path: Path) -> None:
 def test_plan_makes_archive_checksum_and_manifest(tmp_path: Path) -> None:
     source = make_source(tmp_path)
     dest = tmp_path / "backups" / "nightly"  # does not exist yet: the plan creates it
+    dest.parent.mkdir()  # (its parent, the backup disk, must be there)
     before = datetime.now(UTC).replace(microsecond=0)
 
     proc, run = run_backup(tmp_path, source, dest)
@@ -205,6 +206,7 @@ def test_plan_prunes_old_archives_and_nothing_else(tmp_path: Path) -> None:
         "kept": [archives[1], archives[0]],
         "deleted": [f"{oldest.name}.sha256", f"{oldest.name}.manifest.json", oldest.name,
                     f"{older.name}.sha256", f"{older.name}.manifest.json", older.name],
+        "incomplete": [],
     }
 
 
@@ -313,9 +315,25 @@ def test_prune_is_idempotent_and_keeps_all_when_few(folder: Path) -> None:
     first = bt.prune(dest=str(folder), keep=2)
     assert first["deleted"] == ["backup-20240101T000000Z.tar.gz"]  # had no sidecars
     second = bt.prune(dest=str(folder), keep=2)
-    assert second == {"kept": first["kept"], "deleted": []}
+    assert second == {"kept": first["kept"], "deleted": [], "incomplete": []}
     assert bt.prune(dest=str(folder), keep=10)["deleted"] == []
     assert len(list(folder.iterdir())) == 6
+
+
+def test_prune_never_counts_an_archive_cut_short(folder: Path) -> None:
+    """A truncated archive (a full disk mid-tar: no checksum, no manifest) counted as one
+    of the ``keep`` backups and pushed a good one out (found by a fresh operator)."""
+    for s in ("20240101T000000Z", "20240102T000000Z", "20240104T000000Z"):
+        fake_archive(folder, s)
+    fake_archive(folder, "20240103T000000Z", sidecars=False)  # newer than two good ones
+    fake_archive(folder, "20240105T000000Z", sidecars=False)  # the newest: cut short
+    out = bt.prune(dest=str(folder), keep=2)
+    assert out["kept"] == ["backup-20240104T000000Z.tar.gz", "backup-20240102T000000Z.tar.gz"]
+    assert out["incomplete"] == ["backup-20240105T000000Z.tar.gz",
+                                 "backup-20240103T000000Z.tar.gz"]
+    assert [d for d in out["deleted"] if d.endswith(".tar.gz")] == [
+        "backup-20240101T000000Z.tar.gz"]
+    assert (folder / "backup-20240103T000000Z.tar.gz").exists()
 
 
 def test_prune_refuses_bad_arguments(folder: Path) -> None:
@@ -343,6 +361,14 @@ def test_check_dirs_creates_dest_and_reserves_name(tmp_path: Path) -> None:
     source = make_source(tmp_path)
     dest = tmp_path / "a" / "b"
     name = "backup-20240101T000000Z.tar.gz"
+    # A missing parent is a backup disk that is not mounted: nothing is created there
+    # (the backup landed on the disk under the mount point; found by a fresh operator).
+    with pytest.raises(FileNotFoundError, match=r"does not exist \(a backup disk"):
+        bt.check_dirs(source=str(source), dest=str(dest), name=name)
+    with pytest.raises(FileNotFoundError, match=r"does not exist \(a backup disk"):
+        bt.mark_failed(source=str(source), dest=str(dest))
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "a").mkdir()
 
     out = bt.check_dirs(source=str(source), dest=str(dest), name=name)
 

@@ -730,3 +730,74 @@ def test_a_reference_that_no_longer_resolves_on_redispatch_fails_the_step(
     b = step(r.json, "b")
     assert (b["status"], b["error"]["code"]) == ("failed", code)
     assert run_status(proj, run_id) == "failed"
+
+
+@pytest.mark.sqlite
+def test_a_command_printing_json_too_deep_to_read_fails_its_step_not_indeterminate(
+        proj: CliProject) -> None:
+    """``[`` x 100,000 on stdout was a RecursionError in planrun (a bug: ``internal``,
+    the step indeterminate) although the call had ended (found by an attacker)."""
+    proj.tools(TOOLS + """
+  deep:
+    command: [{PY}, -c, "print('[' * 100000 + ']' * 100000)"]
+    output: json
+    arguments: {type: object}
+""")
+    proj.plan("deep", """
+        planrun: 1
+        goal: An output too deep to read
+        steps:
+          - {id: d, tool: deep}
+    """)
+    r = proj.run("execute", "deep", "--json")
+    assert r.returncode == 1, r
+    no_traceback(r)
+    (step,) = r.json["steps"]
+    assert step["status"] == "failed", step
+    assert step["error"]["code"] == "output", step
+    assert "nested too deeply" in step["error"]["message"], step
+
+
+@pytest.mark.sqlite
+def test_a_fan_out_with_an_item_of_unknown_effect_is_retried_once_the_item_is_settled(
+        proj: CliProject) -> None:
+    """A non-idempotent item cut short by its timeout: its step stayed indeterminate
+    after ``resolve --item N``, retry refused it for ever, and ``next`` lacked the
+    ``--item N`` it needs (found by an attacker)."""
+    proj.tools(TOOLS + """
+  nap:
+    command: [{PY}, crashtools.py, sleep, "{s}"]
+    timeout: 5
+    arguments: {type: object, properties: {s: {type: string}}, required: [s]}
+""")
+    proj.plan("naps", """
+        planrun: 1
+        goal: Three naps, one too long
+        steps:
+          - {id: each, tool: nap, for_each: ["0", "60", "0"], arguments: {s: "{item}"}}
+    """)
+    r = proj.run("execute", "naps", "--json")
+    assert r.returncode == 1, r
+    run_id = r.json["run_id"]
+    # Each item of unknown effect is named with its --item (the halted siblings of the
+    # one that timed out were cut short too); once all are settled, retry.
+    nxt, settled = r.json["next"], []
+    while nxt.startswith(f"planrun resolve {run_id} each --item "):
+        assert nxt.endswith(" --succeeded|--failed"), nxt
+        item = nxt.split("--item ")[1].split()[0]
+        settle = proj.run("resolve", run_id, "each", "--item", item, "--failed")
+        assert settle.returncode == 0, settle
+        settled.append(item)
+        nxt = proj.run("status", run_id, "--json").json["next"]
+    assert "1" in settled, settled  # the one that timed out
+    assert nxt == f"planrun retry {run_id}", nxt
+    proj.tools(TOOLS + """
+  nap:
+    command: [{PY}, crashtools.py, sleep, "0"]
+    timeout: 5
+    arguments: {type: object, properties: {s: {type: string}}, required: [s]}
+""")
+    again = proj.run("retry", run_id, "--json")
+    assert again.returncode == 0, again
+    (step,) = again.json["steps"]
+    assert step["status"] == "succeeded", step

@@ -327,6 +327,32 @@ def test_resume_and_resolve_refuse_while_an_orphaned_call_runs(
     assert proj.probe().calls() == []
 
 
+def test_forget_refuses_while_an_orphaned_call_runs_and_takes_its_record_with_it(
+        proj: CliProject) -> None:
+    """``forget`` deleted a run whose call its dead planrun left running, and every run's
+    ``call_groups`` rows stayed in the journal after it was deleted (found by an
+    attacker)."""
+    plan_one(proj, "once_cmd")
+    run_id, pgid = orphan(proj)
+    r = proj.run("forget", run_id, "--json")
+    assert r.returncode == 5, r
+    assert r.error_code == "run_busy", r
+    assert f"process group {pgid}" in r.stderr, r
+    assert "deleting the run now would lose the record of a call" in r.stderr, r
+    assert proj.probe().run_ids() == [run_id]  # nothing deleted
+    proj.touch("go")
+    proj.touch("after")
+    end_group(pgid)
+    gone = proj.run("forget", run_id, "--json")
+    assert gone.returncode == 0, gone
+    assert proj.probe().run_ids() == []
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(proj.journal)) as db:
+        assert db.execute("SELECT count(*) FROM call_groups").fetchone()[0] == 0
+
+
 def test_retry_refuses_while_a_call_of_an_earlier_retry_runs(proj: CliProject) -> None:
     proj.plan("two", """
         planrun: 1

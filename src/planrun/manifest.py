@@ -125,9 +125,11 @@ def _after_failure(journal: Journal, run_id: str, steps: list[dict[str, Any]]) -
     children = journal.child_run_ids(run_id)
     if children:
         return f"planrun status {children[-1]}"
-    unknown = [s["id"] for s in steps if s["status"] == "indeterminate"]
-    if unknown:
-        return f"planrun resolve {run_id} {unknown[0]} --succeeded|--failed"
+    # retry refuses what resolve must settle first: a call of unknown effect whose tool
+    # is not idempotent (of a fan-out: each such item, --item N)
+    blocked = _blocked(journal, run_id, journal.run(run_id).contracts, steps)
+    if blocked:
+        return f"planrun resolve {run_id} {blocked} --succeeded|--failed"
     return f"planrun retry {run_id}"
 
 

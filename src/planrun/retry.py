@@ -114,10 +114,20 @@ def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: Chec
     parent_id = row.run_id
     check_approve(approve, plan)
     parent_rows = journal.steps(parent_id)
-    unknown: list[tuple[str, int | None]] = [
-        (r.step_id, None) for r in parent_rows if r.status in (
-        "indeterminate", "running") and r.step_id in plan.by_id
-        and not plan.by_id[r.step_id].tool.entry.idempotent]
+    unknown: list[tuple[str, int | None]] = []
+    for r in parent_rows:
+        if r.status not in ("indeterminate", "running") or r.step_id not in plan.by_id \
+                or plan.by_id[r.step_id].tool.entry.idempotent:
+            continue
+        if plan.by_id[r.step_id].for_each is None:
+            unknown.append((r.step_id, None))
+            continue
+        # A fan-out's unknown effects are its items': once each is settled (resolve
+        # --item N), the step runs again, its settled items replayed by their keys (the
+        # step's own row stayed indeterminate and the run could never be retried; found
+        # by an attacker).
+        unknown.extend((r.step_id, i.index) for i in journal.items(parent_id, r.step_id)
+                       if i.status in ("indeterminate", "running"))
     if unknown:
         # A child run would call them again without anyone knowing whether the first call
         # had its effect: a person settles them first.

@@ -471,6 +471,11 @@ def _command_output(tool: ToolSpec, program: str, out: bytes, secrets: Secrets) 
                            "message": f"{secrets.conceal_text(program)} printed no valid "
                            f"JSON on stdout ({exc}); "
                            "its tool declares output: json"}) from None
+    except RecursionError:  # the call ended: its effect is known; the output is refused
+        raise ToolFailure({"code": "output",
+                           "message": f"{secrets.conceal_text(program)} printed JSON nested "
+                           "too deeply to read on stdout; its tool declares output: json"}
+                          ) from None
     if repeated:  # json keeps the last value of a key: the others would be lost unseen
         raise ToolFailure({"code": "output",
                            "message": f"{secrets.conceal_text(program)} printed JSON with "

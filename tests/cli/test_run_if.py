@@ -190,3 +190,24 @@ def test_retry_inherits_a_notify_step_that_ran(proj: Project) -> None:
                                 "cleanup": "succeeded", "on_success": "succeeded"}
     assert calls(proj).count("failure noticed") == 1
     assert calls(proj).count("cleaned up") == 1
+
+
+def test_a_cleanup_step_reading_the_output_of_a_step_that_failed_fails_before_its_call(
+        proj: Project) -> None:
+    """Only a step that succeeded has an output (docs/plans.md): the clean-up step was
+    called with ``null`` (and ``"after null"`` inside text) instead (found by an
+    attacker). It now fails with ``reference``, uncalled, as any unresolvable placeholder;
+    its condition still reads the failed step's status."""
+    for argument in ('"{steps.work.output}"', '"after {steps.work.output}"'):
+        proj.write_plan("notify", NOTIFY.replace(
+            'arguments: {value: "cleaned up"}', f"arguments: {{value: {argument}}}"))
+        result, m = execute_json(proj, "notify", "-p", "fail=true")
+        assert result.exit_code == 1, result.output
+        steps = {s["id"]: s for s in m["steps"]}  # type: ignore[attr-defined, index]
+        assert steps["cleanup"]["status"] == "failed", steps["cleanup"]
+        assert steps["cleanup"]["error"]["code"] == "reference", steps["cleanup"]
+        assert "only a step that succeeded has an output" in \
+            steps["cleanup"]["error"]["message"]
+        assert steps["on_failure"]["status"] == "succeeded"  # its when read the status
+        assert not any(c in (None, "None", "null", "after None", "after null")
+                       for c in calls(proj)), calls(proj)

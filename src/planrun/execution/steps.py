@@ -115,10 +115,14 @@ class Steps(RunParts):
                     if st.status in FINISHED and sid in above]
             # only the outputs it may read are loaded: a condition on a step's facets
             # never reads its output, however large (issue 17)
+            # only a step that succeeded has an output (and facets): for the others the
+            # condition finds no member (its words say so)
+            done_ok = [sid for sid in done if self.state[sid].status in ("succeeded",
+                                                                         "partial")]
             outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
-                       for sid in done if reads_output(step.when, sid)}
+                       for sid in done_ok if reads_output(step.when, sid)}
             facets = {sid: redact.reveal(self._facets(sid), self.plan.params)
-                      for sid in done if self.plan.by_id[sid].raw.get("facets")
+                      for sid in done_ok if self.plan.by_id[sid].raw.get("facets")
                       and reads_facets(step.when, sid)}
             go = evaluate(step.when, self.plan.params, outputs,
                           statuses={sid: self.state[sid].status for sid in above},
@@ -214,7 +218,19 @@ class Steps(RunParts):
         return {} if computed is None else computed["values"]
 
     def _output(self, sid: str) -> Any:
+        """The output of step ``sid``, which a placeholder of a step after it reads.
+
+        Raises:
+            ResolveError: ``sid`` did not succeed (it failed, was skipped, …): it has no
+                output (docs/plans.md), and a clean-up step (``run_if``) that refers to
+                it fails with ``reference`` before its call, not called with ``null``
+                (found by an attacker).
+        """
         st = self.state[sid]
+        if st.status not in ("succeeded", "partial"):
+            raise ResolveError(f"{{steps.{sid}.output}}: step {sid!r} is {st.status}: only a "
+                               "step that succeeded has an output (a clean-up step can "
+                               f"read steps.{sid}.status in its when: condition)")
         if st.output is IN_JOURNAL:
             found = self.journal.step_output(self.run_id, sid)
             st.output = found[1] if found else None

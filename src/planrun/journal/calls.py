@@ -74,8 +74,12 @@ class CallsMixin(JournalBase):
                                 (run_id, host))
             return int(cur.rowcount)
 
-    def _refuse_live_calls(self, c: Conn, run_id: str) -> None:
+    def _refuse_live_calls(self, c: Conn, run_id: str,
+                           risk: str = "running the step again now could do its effect "
+                           "twice") -> None:
         """``run_busy`` while a call of the run (or of a child run) outlives its planrun.
+
+        ``risk``: what the refused command would do, said in the message.
 
         Calls that are provably over are forgotten; one on another host cannot be
         checked from here and counts as running until ``planrun unlock``.
@@ -106,7 +110,7 @@ class CallsMixin(JournalBase):
         more = f" and {len(live) - 1} more" if len(live) > 1 else ""
         raise RunError(f"run {run_id}: the call of {what}{of} is still running "
                        f"({where}{more}), started by a planrun process that is gone; "
-                       "running the step again now could do its effect twice",
+                       f"{risk}",
                        code="run_busy", hint=hint,
                        details={"calls": [{"run_id": r, "step": s, "item": i,
                                            **procs.describe(g)} for r, s, i, g, _a in live]})

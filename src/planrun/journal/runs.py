@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RunError
-from .base import Conn, JournalBase, lease_ttl, now
+from .base import Conn, lease_ttl, now
+from .calls import CallsMixin
 from .records import NewRun, dumps, holder_identity, lease_record, new_run_columns
 
 
-class RunsMixin(JournalBase):
+class RunsMixin(CallsMixin):
     """The journal's runs: a part of :class:`planrun.journal.Journal`."""
 
     def _insert_run(self, c: Conn, run: NewRun | dict[str, Any]) -> tuple[str, str]:
@@ -178,6 +179,11 @@ class RunsMixin(JournalBase):
                                        f"{lease.owner}; it cannot be deleted while it runs",
                                        code="run_busy", hint="Wait for it to end, or stop "
                                        "that process (Ctrl-C); then try again.")
+                    # a command its dead planrun left running (found by an attacker: the
+                    # run was deleted while its call went on)
+                    self._refuse_live_calls(c, str(row[6]), "deleting the run now would "
+                                            "lose the record of a call still under way")
+                c.execute(f"DELETE FROM call_groups WHERE run_id IN ({marks})", chunk)
                 counts["events"] += c.execute(
                     f"DELETE FROM events WHERE run_id IN ({marks})", chunk).rowcount
                 counts["keys"] += c.execute(
