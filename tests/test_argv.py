@@ -98,6 +98,104 @@ ALLOWED = [
 ]
 
 
+#: Options whose value is a separate element: each validated before, and a plan value then
+#: chose the program or script (``evil.sh`` ran).
+GAP1_EXAMPLES = [
+    ["timeout", "--signal", "KILL", "10", "{x}", "{h}"],
+    ["env", "--unset", "FOO", "{x}"],
+    ["nice", "--adjustment", "5", "{x}"],
+    ["sudo", "--user", "root", "{x}"],
+    ["env", "--chdir", "/tmp", "{x}"],
+    ["xargs", "-0n", "1", "{x}"],
+    ["python3", "-I", "-W", "ignore", "{x}"],
+    ["bash", "-o", "posix", "{x}"],
+]
+#: Siblings: every family that parses options, with a value planrun knows, one it cannot
+#: place (read both ways), a cluster, a lone ``-``, or a letter it read wrongly.
+GAP1_SIBLINGS = [
+    ["timeout", "--sig", "KILL", "10", "{x}"],
+    ["timeout", "-vs", "KILL", "10", "{x}"],
+    ["timeout", "--kill-after", "5", "10", "{x}"],
+    ["env", "-", "{x}"],
+    ["env", "-iu", "FOO", "{x}"],
+    ["env", "--argv0", "name", "{x}"],
+    ["env", "--frob", "x", "{x}"],
+    ["nice", "--adj", "5", "{x}"],
+    ["sudo", "-iu", "root", "{x}"],
+    ["sudo", "--chdir", "/", "{x}"],
+    ["xargs", "-0I", "X", "{x}"],
+    ["xargs", "--max-args", "1", "{x}"],
+    ["nohup", "--frob", "x", "{x}"],
+    ["stdbuf", "--output", "L", "{x}"],
+    ["setsid", "--frob", "x", "{x}"],
+    ["ionice", "--class", "2", "{x}"],
+    ["chroot", "--userspec", "u", "/root", "{x}"],
+    ["flock", "-n", "LOCKFILE", "{x}"],
+    ["flock", "--timeout", "5", "LOCKFILE", "{x}"],
+    ["nsenter", "-n", "{x}"],
+    ["nsenter", "--target", "1", "{x}"],
+    ["unshare", "--setuid", "0", "{x}"],
+    ["systemd-run", "--unit", "u", "{x}"],
+    ["bwrap", "--ro-bind", "/", "/", "{x}"],
+    ["fakeroot", "--lib", "l", "{x}"],
+    ["strace", "-fo", "log", "{x}"],
+    ["time", "--output", "t", "{x}"],
+    ["uv", "run", "{x}"],
+    ["watch", "-d", "{x}"],
+    ["watch", "-x", "--interval", "1", "{x}"],
+    ["ssh", "-vo", "{x}", "host"],
+    ["git", "--frob", "x", "{x}"],
+    ["sg", "-", "GROUP", "{x}"],
+    ["python3", "-X", "dev", "{x}"],
+    ["python3", "--check-hash-based-pycs", "always", "{x}"],
+    ["python3", "-IW", "ignore", "{x}"],
+    ["bash", "-O", "extglob", "{x}"],
+    ["bash", "+O", "extglob", "{x}"],
+    ["bash", "--rcfile", "/dev/null", "{x}"],
+    ["sh", "-", "{x}"],
+    ["zsh", "-o", "posix", "{x}"],
+    ["perl", "-I", "/tmp", "{x}"],
+    ["node", "-r", "mod", "{x}"],
+    ["node", "--require", "mod", "{x}"],
+    ["node", "--title", "t", "{x}"],
+    ["ruby", "-I", "lib", "{x}"],
+    ["php", "-d", "a=b", "{x}"],
+    ["lua", "-l", "mod", "{x}"],
+    ["julia", "-L", "f.jl", "{x}"],
+    ["osascript", "-l", "JavaScript", "{x}"],
+    ["awk", "-F", ":", "{x}", "file"],
+    ["awk", "-v", "a=1", "{x}"],
+    ["sed", "-l", "5", "{x}", "file"],
+    ["sed", "--line-length", "5", "{x}", "file"],
+    ["su", "root", "{x}"],
+    ["su", "-s", "/bin/sh", "root", "{x}"],
+    ["runuser", "-u", "nobody", "{x}"],
+    ["env", "timeout", "--signal", "KILL", "10", "{x}"],
+]
+#: The same programs, written so that every reading agrees: still accepted.
+GAP1_ALLOWED = [
+    ["timeout", "--signal=KILL", "10", "cat", "{x}"],
+    ["timeout", "-s", "KILL", "10", "cat", "{x}"],
+    ["timeout", "--signal", "KILL", "10", "cat", "{x}"],
+    ["env", "--unset=FOO", "ls", "{x}"],
+    ["env", "--unset", "FOO", "ls", "{x}"],
+    ["env", "--frob", "--", "ls", "{x}"],
+    ["nice", "--adjustment=5", "ls", "{x}"],
+    ["nice", "-10", "ls", "{x}"],
+    ["sudo", "--user=root", "ls", "{x}"],
+    ["sudo", "-u", "root", "ls", "{x}"],
+    ["xargs", "-0n", "1", "grep", "{x}"],
+    ["xargs", "-0", "grep", "{x}"],
+    ["flock", "-n", "LOCKFILE", "ls", "{x}"],
+    ["python3", "-I", "-W", "ignore", "script.py", "{x}"],
+    ["python3", "-m", "mod", "{x}"],
+    ["bash", "-o", "posix", "script.sh", "{x}"],
+    ["node", "--no-warnings", "s.js", "{x}"],
+    ["git", "--no-pager", "log", "{x}"],
+    ["awk", "-F", ":", "{print $1}", "{x}"],
+]
+
+
 def _write(tmp_path: Path, argv: list[str], **extra: Any) -> tuple[ToolRegistry, list[Issue]]:
     tools = {"tools": {"t": {"command": argv, "arguments": CONTRACT, **extra}}}
     path = tmp_path / "tools.yaml"
@@ -122,6 +220,46 @@ def test_safe_forms_are_accepted(tmp_path: Path, argv: list[str]) -> None:
     registry, issues = _write(tmp_path, argv)
     assert issues == []
     assert "t" in registry
+
+
+@pytest.mark.parametrize("argv", GAP1_EXAMPLES + GAP1_SIBLINGS,
+                         ids=[" ".join(a) for a in GAP1_EXAMPLES + GAP1_SIBLINGS])
+def test_an_option_value_in_the_next_element_does_not_hide_the_program(
+        tmp_path: Path, argv: list[str]) -> None:
+    registry, issues = _write(tmp_path, argv)
+    assert issues, argv
+    assert {i.code for i in issues} == {"registry"}
+    assert {i.path for i in issues} == {f"/tools/t/command/{argv.index('{x}')}"}
+    assert "a value may not choose the program" in issues[0].message \
+        or "never code" in issues[0].message
+    assert "t" not in registry
+
+
+@pytest.mark.parametrize("argv", GAP1_ALLOWED, ids=[" ".join(a) for a in GAP1_ALLOWED])
+def test_options_every_reading_agrees_on_are_accepted(tmp_path: Path,
+                                                      argv: list[str]) -> None:
+    registry, issues = _write(tmp_path, argv)
+    assert issues == []
+    assert "t" in registry
+
+
+@pytest.mark.parametrize(("argv", "option", "fix"), [
+    (["timeout", "--sig", "KILL", "10", "{x}", "{h}"], "--sig", "--sig=VALUE"),
+    (["xargs", "-q", "1", "{x}", "{h}"], "-q", "-qVALUE"),
+    (["python3", "--frob", "x", "{x}", "{h}"], "--frob", "--frob=VALUE"),
+])
+def test_an_option_read_both_ways_is_named_with_the_fix(tmp_path: Path, argv: list[str],
+                                                        option: str, fix: str) -> None:
+    _registry, issues = _write(tmp_path, argv)
+    assert [i.path for i in issues] == [f"/tools/t/command/{argv.index('{x}')}"]
+    message = issues[0].message
+    assert f"cannot tell whether the option {option!r} takes the next element" in message
+    assert repr(fix) in message
+    assert '"--"' in message
+    # the certain case says no such thing
+    _registry, issues = _write(tmp_path, ["timeout", "--signal", "KILL", "10", "{x}", "{h}"])
+    assert issues
+    assert "cannot tell" not in issues[0].message
 
 
 def test_allow_embedded_opts_in_outside_code_only(tmp_path: Path) -> None:
@@ -205,6 +343,31 @@ def test_the_issue_attack_no_longer_runs(tmp_path: Path, argv: list[str]) -> Non
     assert "error[registry]" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "pwned").exists()
+
+
+EVIL = "#!/bin/sh\ntouch \"$(dirname \"$0\")/pwned\"\n"
+
+
+@pytest.mark.parametrize("argv", [GAP1_EXAMPLES[0], GAP1_EXAMPLES[5], ["env", "-", "{x}"]],
+                         ids=["timeout --signal", "xargs -0n", "env -"])
+def test_a_program_behind_an_option_value_never_runs(tmp_path: Path,
+                                                     argv: list[str]) -> None:
+    root = _project(tmp_path / "p", {"t": {"command": [a.replace("{h}", "f") for a in argv],
+                                           "arguments": X_CONTRACT, "output": "none"}})
+    evil = root / "evil.sh"
+    evil.write_text(EVIL)
+    evil.chmod(0o755)
+    (root / "plans" / "attack.yaml").write_text(
+        "planrun: 1\ngoal: g\nparams:\n  x: {type: string}\n"
+        "steps:\n  - {id: s, tool: t, arguments: {x: '{params.x}'}}\n")
+    res = _run(root, "execute", "attack", "-p", f"x={evil}")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "error[registry]" in res.stderr
+    assert "a value may not choose the program" in res.stderr
+    assert not (root / "pwned").exists()
+    # the control: the shell script does run when the tool itself names it
+    subprocess.run([str(evil)], check=True, timeout=30)
+    assert (root / "pwned").exists()
 
 
 def _injection_project(root: Path, **extra: Any) -> Path:

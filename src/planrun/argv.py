@@ -5,16 +5,23 @@ A command tool's ``{name}`` placeholders are checked twice:
 - **In ``tools.yaml``** (:func:`check_command`, issues coded ``registry``). The safe form is
   the default: a placeholder is a *whole* argv element. It is refused where a value would
   choose the program (``argv[0]``, the command after ``env``/``timeout``/``sudo``/``xargs``/
-  ``find -exec`` …), be an interpreter's option or script operand, or be code: the script
-  of ``sh -c`` and every shell (``rbash``, ``su -c``, ``flock -c``, ``script -c``,
-  ``sg GROUP``, ``watch``), ``python -c``, ``perl -e``, ``node``/``nodejs -e``, ``awk``/
-  ``sed`` programs, the remote command of ``ssh HOST`` and its ``-o`` values, ``git -c``
-  values. A placeholder *inside* a larger element (``"echo {x}"``, ``"out-{x}.txt"``) is
-  refused, since the program may read the element as anything (an option, a pattern,
-  code) — unless it follows the first ``=`` of an ``--option=`` or ``key=`` element of a
-  command in which no program known to run code appears (or that is an argument of a
-  script, after its program text: the interpreter does not read it), or the tool lists
-  the argument in ``allow_embedded`` (never inside code: that stays refused).
+  ``find -exec`` …), be an interpreter's option or script operand, or be code: the script of
+  ``sh -c`` and every shell (``rbash``, ``su -c``, ``flock -c``, ``script -c``,
+  ``sg GROUP``, ``watch``), ``python -c``, ``perl -e``, ``node``/``nodejs -e``, ``awk``/``sed``
+  programs, the remote command of ``ssh HOST`` and its ``-o`` values, ``git -c`` values.
+  Options are read as each program reads them (:data:`_WRAPPERS`, :data:`_INTERPRETERS`):
+  ``timeout --signal KILL 10 {x}`` makes ``{x}`` the program. An option planrun cannot place
+  (a long option without ``=`` it does not know, a short letter it does not know at the end
+  of its element, ``xargs -0n 1``) is read *both ways*, taking the next element as its value
+  and not, and a placeholder that either reading makes the program, code or an interpreter's
+  option is refused (:func:`operands`): the message names the option and the fix (its value
+  in the same element, ``--signal=KILL``, or ``--`` after the options). A placeholder
+  *inside* a larger element (``"echo {x}"``, ``"out-{x}.txt"``) is refused, since the
+  program may read the element as anything (an option, a pattern, code) — unless it follows
+  the first ``=`` of an ``--option=`` or ``key=`` element of a command in which no program
+  known to run code appears (or that is an argument of a script, after its program text: the
+  interpreter does not read it), or the tool lists the argument in ``allow_embedded`` (never
+  inside code: that stays refused).
 - **At run time** (:func:`option_value_problems`, the step fails with code ``arguments``
   before the call; values known at validation are refused there). A value that fills a
   whole element and starts with ``-`` would be read as an option (argument injection:
@@ -82,20 +89,170 @@ _SCRIPT_FLAG: dict[str, re.Pattern[str]] = {
 _ALIASES = {"nodejs": "node", "gawk": "awk", "mawk": "awk", "nawk": "awk", "gsed": "sed",
             "tclsh": "tcl", "wish": "tcl", "jshell": "java"}
 
+@dataclass(frozen=True)
+class Options:
+    """How a program reads its options, as far as planrun knows it.
+
+    What is not listed is read *both ways* (:func:`operands`): an unknown short letter may
+    take a value (attached, or the next element when it ends its element), an unknown long
+    option without ``=`` may take the next ``arity`` elements or none.
+
+    Attributes:
+        values: short letters that take a value (attached, or the next element).
+        flags: short letters that take none.
+        optional: short letters whose value can only be attached (``xargs -i``).
+        long_values: long options that take the next element when written without ``=``.
+        long_flags: long options that never take the next element (``--null``,
+            ``--preserve-env[=LIST]``).
+        code: options whose value is code (``env -S``, ``ssh -o``, ``git -c``).
+        ends: options whose value is the program or script, after which come its
+            arguments (``python -m MODULE``).
+        arity: the most elements an unknown long option may take (``bwrap --bind A B``: 2).
+        skip: operands before the program or script (``timeout DURATION``).
+        plus: ``+o`` is an option too (shells).
+        dash: what a lone ``-`` is: ``operand``, ``option`` (``env -``, ``su -``) or
+            ``end`` of options (``sh - FILE``).
+        assignments: ``NAME=VALUE`` operands come before the program (``env``).
+        subcommand: the first operand is a subcommand that may run a program named by
+            its own first operand (``uv run CMD``).
+    """
+
+    values: str = ""
+    flags: str = ""
+    optional: str = ""
+    long_values: frozenset[str] = frozenset()
+    long_flags: frozenset[str] = frozenset({"--help", "--version"})
+    code: frozenset[str] = frozenset()
+    ends: frozenset[str] = frozenset()
+    arity: int = 1
+    skip: int = 0
+    plus: bool = False
+    dash: str = "operand"
+    assignments: bool = False
+    subcommand: bool = False
+
+
+def _opts(values: str = "", flags: str = "", long_values: str = "", long_flags: str = "",
+          **kw: Any) -> Options:
+    """An :class:`Options` with long options given as space-separated names."""
+    for key in ("code", "ends"):
+        if key in kw:
+            kw[key] = frozenset(kw[key].split())
+    return Options(values=values, flags=flags, long_values=frozenset(long_values.split()),
+                   long_flags=frozenset(("--help --version " + long_flags).split()), **kw)
+
+
 #: Programs that run a program named by their first operand (after their options, and
-#: after the number of leading operands given): short options that take a value.
-_WRAPPERS: dict[str, tuple[str, int]] = {
-    "env": ("uCS", 0), "timeout": ("sk", 1), "nice": ("n", 0), "nohup": ("", 0),
-    "setsid": ("", 0), "stdbuf": ("ioe", 0), "sudo": ("ugCDhprtUT", 0), "doas": ("uC", 0),
-    "xargs": ("adEILnPs", 0), "time": ("fo", 0), "strace": ("abeEIoOpPsSuX", 0),
-    "ltrace": ("aeEnoOpPsuX", 0), "chroot": ("", 1), "ionice": ("cnp", 0),
-    "taskset": ("", 1), "chrt": ("", 1), "unbuffer": ("", 0), "fakeroot": ("", 0),
-    "nsenter": ("tSGUn", 0), "unshare": ("", 0), "systemd-run": ("upEM", 0),
-    "firejail": ("", 0), "bwrap": ("", 0), "exec": ("a", 0), "command": ("", 0),
-    "builtin": ("", 0), "caffeinate": ("", 0), "watch": ("dn", 0), "flock": ("wEn", 1),
-    "runuser": ("ugl", 0), "busybox": ("", 0), "parallel": ("", 0), "npx": ("p", 0),
-    "uv": ("", 0), "poetry": ("", 0), "pipx": ("", 0),
+#: after ``skip`` leading operands). Sources: the programs' manuals (GNU coreutils, sudo,
+#: util-linux, findutils, procps-ng, strace, ltrace, bubblewrap, firejail).
+_WRAPPERS: dict[str, Options] = {
+    "env": _opts("uCS", "i0v", "--unset --chdir --split-string --argv0",
+                 "--ignore-environment --null --debug --default-signal --ignore-signal "
+                 "--block-signal --list-signal-handling", code="S --split-string",
+                 dash="option", assignments=True),
+    "timeout": _opts("sk", "fpv", "--signal --kill-after",
+                     "--foreground --preserve-status --verbose", skip=1),
+    "nice": _opts("n", "0123456789", "--adjustment"),
+    "nohup": _opts(),
+    "setsid": _opts("", "cfw", "", "--ctty --fork --wait"),
+    "stdbuf": _opts("ioe", "", "--input --output --error"),
+    "sudo": _opts("ugCDprtTUR", "AbEeHiKklnPSsVvBN",
+                  "--user --group --close-from --chdir --chroot --host --prompt --role "
+                  "--type --other-user --command-timeout",
+                  "--askpass --background --bell --preserve-env --edit --set-home --login "
+                  "--remove-timestamp --reset-timestamp --list --non-interactive "
+                  "--preserve-groups --stdin --shell --validate --no-update"),
+    "doas": _opts("uC", "nsL"),
+    "xargs": _opts("adEILnPs", "0oprtx", "--arg-file --delimiter --max-args --max-procs "
+                   "--max-chars --process-slot-var",
+                   "--null --open-tty --interactive --no-run-if-empty --verbose --exit "
+                   "--show-limits --eof --replace --max-lines", optional="eil"),
+    "time": _opts("fo", "apqv", "--format --output", "--append --portability --quiet "
+                  "--verbose"),
+    "strace": _opts("abeEIoOpPsSuUX", "cCdDfFhiknqrtTvVwxyzZ"),
+    "ltrace": _opts("aADeEFlnoOpPsuwX", "bcCfhiLrStTV"),
+    "chroot": _opts("", "", "--userspec --groups", "--skip-chdir", skip=1),
+    "ionice": _opts("cnpPu", "t"),
+    "taskset": _opts("", "acp", "", "--all-tasks --cpu-list --pid", skip=1),
+    "chrt": _opts("TPD", "abdfimoprRv", skip=1),
+    "unbuffer": _opts("", "p"),
+    "fakeroot": _opts("lisb", "uvh", "--lib --faked", "--unknown-is-real"),
+    "nsenter": _opts("tSG", "aFZ", "--target --setuid --setgid",
+                     "--all --mount --uts --ipc --net --pid --user --cgroup --time --root "
+                     "--wd --no-fork --preserve-credentials --follow-context",
+                     optional="muinpUCTrw"),
+    "unshare": _opts("SGRw", "fmuinpUCTrc", "--setuid --setgid --root --wd",
+                     "--fork --mount --uts --ipc --net --pid --user --cgroup --time "
+                     "--map-root-user --map-current-user --mount-proc --kill-child "
+                     "--keep-caps"),
+    "systemd-run": _opts("upEMH", "tPGdqrSh"),
+    "firejail": _opts(arity=0),  # every firejail option is --name or --name=VALUE
+    "bwrap": _opts(arity=2),     # --bind SRC DEST
+    "exec": _opts("a", "cl"),
+    "command": _opts("", "pvV"),
+    "builtin": _opts(),
+    "caffeinate": _opts("tw", "dimsu"),
+    "watch": _opts("nq", "bcegptwxhv", "--interval --equexit",
+                   "--beep --color --differences --errexit --chgexit --precise --no-title "
+                   "--no-wrap --exec", optional="d"),
+    "flock": _opts("wE", "sexnuoFhV", "--timeout --wait --conflict-exit-code --command",
+                   "--shared --exclusive --unlock --nonblock --nb --close --no-fork "
+                   "--verbose", skip=1),
+    "busybox": _opts(),
+    "parallel": _opts(),
+    "npx": _opts("p", "yq", "--package"),
+    "uv": _opts(subcommand=True),
+    "poetry": _opts(subcommand=True),
+    "pipx": _opts(subcommand=True),
 }
+
+#: How interpreters read their options before the script operand (keyed by
+#: :func:`program`, or by the name itself for ``su``/``runuser``/``script``).
+_INTERPRETERS: dict[str, Options] = {
+    # any shell: letters that take a value in one of them (fish -C, ksh -R) are not flags
+    "sh": _opts("oO", "abehiklmnrstuvxBEHPTV", "--rcfile --init-file --init-command",
+                "--login --noprofile --norc --posix --restricted --verbose --debugger "
+                "--noediting --dump-strings --dump-po-strings --interactive --no-config",
+                plus=True, dash="end"),
+    "su": _opts("gGswu", "flmpPT", "--group --supp-group --shell --whitelist-environment "
+                "--user --session-command", "--login --preserve-environment --pty "
+                "--no-pty --fast", dash="option", skip=1),
+    "script": _opts("BcEIOmoT", "aefq", "--log-io --log-in --log-out --log-timing "
+                    "--echo --output-limit --command", "--append --return --flush --force "
+                    "--quiet", optional="t"),
+    "python": _opts("WXmc", "bBdEhiIOPqRsSuvVx", "--check-hash-based-pycs",
+                    "--help-env --help-xoptions --help-all", ends="m"),
+    "perl": _opts("IeE", "acnpsStTuUvwWX"),
+    "ruby": _opts("", "acdhlnpsSvwy"),
+    "node": _opts("rC", "civh", "--require --import --loader --experimental-loader "
+                  "--inspect-port --title --input-type --conditions",
+                  "--check --interactive --no-warnings --enable-source-maps "
+                  "--trace-warnings --expose-gc --preserve-symlinks --pending-deprecation "
+                  "--throw-deprecation --trace-deprecation --abort-on-uncaught-exception"),
+    "php": _opts("cdfzrBRFEtS", "aCehHilmnqsvw"),
+    "lua": _opts("el", "ivEW"),
+    "Rscript": _opts("e", "", "", "--vanilla --verbose --no-environ --no-site-file "
+                     "--no-init-file --restore --no-restore --save --no-save --no-echo "
+                     "--quiet --silent --slave"),
+    "julia": _opts("eELptJCH", "ivqh"),
+    "osascript": _opts("els", "i"),
+    "awk": _opts("fvFeilEW", "bcCghkMNnOPrsStV", "--file --assign --field-separator "
+                 "--source --include --load --exec"),
+    "sed": _opts("efl", "nrEsuz", "--expression --file --line-length",
+                 "--quiet --silent --debug --posix --regexp-extended --separate --sandbox "
+                 "--unbuffered --null-data --follow-symlinks --in-place"),
+}
+_INTERPRETERS["pypy"] = _INTERPRETERS["python"]
+_INTERPRETERS["runuser"] = _INTERPRETERS["su"]
+_INTERPRETERS["luajit"] = _INTERPRETERS["lua"]
+
+_SSH = _opts("bceilmopBDEFIJLOPQRSwW", "1246afgknqstvxACGKMNTVXYy", code="o F J W I")
+_GIT = _opts("Cc", "pPvh", "--git-dir --work-tree --namespace --config-env --super-prefix "
+             "--list-cmds --attr-source",
+             "--paginate --no-pager --bare --no-replace-objects --literal-pathspecs "
+             "--glob-pathspecs --noglob-pathspecs --icase-pathspecs --no-optional-locks "
+             "--no-advice --html-path --man-path --info-path --exec-path",
+             code="c --config-env --exec-path")
 
 #: Programs known to run code given in their arguments or options (a ``key={x}`` element
 #: of a command naming any of them is not safe: ``git -c core.pager=…``, ``ssh -o
@@ -131,99 +288,175 @@ class Positions:
         programs: a value there names the program to run.
         scripts: a value there is code (shell text, a program, a remote command).
         options: an interpreter's options or script operand (flags that choose the code).
+        uncertain: index → the option that makes it so under one reading only (planrun
+            cannot tell whether that option takes the next element as its value).
     """
 
     programs: set[int] = field(default_factory=set)
     scripts: set[int] = field(default_factory=set)
     options: set[int] = field(default_factory=set)
+    uncertain: dict[int, str] = field(default_factory=dict)
+
+    def add(self, kind: str, where: dict[int, str | None]) -> None:
+        """Add the indices of ``where`` to ``kind``, noting why each is uncertain."""
+        target: set[int] = getattr(self, kind)
+        for idx, why in where.items():
+            certain = idx in target and idx not in self.uncertain
+            target.add(idx)
+            if why is None:
+                self.uncertain.pop(idx, None)
+            elif not certain:
+                self.uncertain.setdefault(idx, why)
 
 
-def _after_options(argv: list[str], start: int, takes_value: str, skip: int,
-                   assignments: bool = False) -> int | None:
-    """Index of the first operand after ``argv[start]``'s options (and ``skip`` operands)."""
-    j = start + 1
-    while j < len(argv):
+@dataclass
+class Operands:
+    """Where a program's operands may start, under every reading of its options.
+
+    Attributes:
+        first: index of the first operand after the options (and ``skip`` operands) →
+            None when every reading agrees on it, else the option read both ways. The
+            index ``len(argv)`` stands for "no operand follows".
+        code: elements holding the value of a ``code`` option (or the element itself when
+            the value is attached).
+    """
+
+    first: dict[int, str | None] = field(default_factory=dict)
+    code: dict[int, str | None] = field(default_factory=dict)
+
+    @staticmethod
+    def _note(into: dict[int, str | None], idx: int, why: str | None) -> None:
+        if why is None or idx not in into:
+            into[idx] = why
+
+
+def _option_reads(element: str, spec: Options) -> tuple[set[int], int | None, bool]:
+    """How one option element may be read.
+
+    Returns:
+        (the numbers of following elements it may take, the offset of a ``code`` or
+        ``ends`` option's value: 0 attached, 1 the next element, or None; whether that
+        option ``ends`` the options).
+    """
+    if element.startswith("--"):
+        name, eq, _value = element.partition("=")
+        special = 0 if eq else 1
+        hit = name in spec.code or name in spec.ends
+        if eq:
+            return {0}, (0 if hit else None), name in spec.ends
+        if name in spec.long_values:
+            return {1}, (special if hit else None), name in spec.ends
+        if name in spec.long_flags:
+            return {0}, None, False
+        return set(range(spec.arity + 1)), None, False
+    counts: set[int] = set()
+    body = element[1:]
+    for k, letter in enumerate(body):
+        last = k == len(body) - 1
+        if letter in spec.values:
+            counts.add(1 if last else 0)
+            hit = letter in spec.code or letter in spec.ends
+            offset = (1 if last else 0) if hit else None
+            return counts, offset, letter in spec.ends and counts == {1 if last else 0}
+        if letter in spec.optional:
+            counts.add(0)
+            return counts, None, False
+        if letter in spec.flags:
+            if last:
+                counts.add(0)
+            continue
+        counts.add(0)  # it may take the rest of the element as its value …
+        if last:
+            counts.add(1)  # … or the next element
+    return counts, None, False
+
+
+def operands(argv: list[str], start: int, spec: Options) -> Operands:
+    """Where the operands after ``argv[start]``'s options may start (see :class:`Options`).
+
+    Every reading is followed: an option planrun cannot place (:class:`Options`) is read
+    both as taking the next element and as not taking it, so a caller that refuses a
+    placeholder at any of ``first`` refuses it under either reading.
+    """
+    out = Operands()
+    n = len(argv)
+    todo: list[tuple[int, int, str | None]] = [(start + 1, spec.skip, None)]
+    seen: set[tuple[int, int, str | None]] = set()
+    while todo:
+        state = todo.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        j, left, why = state
+        if j >= n:
+            Operands._note(out.first, n, why)
+            continue
         element = argv[j]
-        if element == "--":
-            j += 1
-            break
-        if element.startswith("-") and element != "-":
-            letter = element[1:2]
-            if not element.startswith("--") and len(element) == 2 and letter in takes_value:
-                j += 2
-            else:
-                j += 1
+        if element == "--" or (element == "-" and spec.dash == "end"):
+            Operands._note(out.first, min(j + 1 + left, n), why)
             continue
-        if assignments and "=" in element:
-            j += 1
+        if element == "-" and spec.dash == "option":
+            todo.append((j + 1, left, why))
             continue
-        if skip:
-            skip -= 1
-            j += 1
+        if len(element) > 1 and (element[0] == "-" or (spec.plus and element[0] == "+")):
+            counts, offset, ends = _option_reads(element, spec)
+            reason = why if why is not None or len(counts) == 1 else element
+            if offset is not None and j + offset < n:
+                Operands._note(out.code, j + offset, reason)
+            if ends and offset is not None:  # python -m MODULE: MODULE is the script
+                Operands._note(out.first, min(j + offset, n), reason)
+                continue
+            for count in counts:
+                todo.append((j + 1 + count, left, reason))
             continue
-        return j
-    if j < len(argv) and not skip:
-        return j
-    return None
+        if spec.assignments and "=" in element and not element.startswith("="):
+            todo.append((j + 1, left, why))
+            continue
+        if left:
+            todo.append((j + 1, left - 1, why))
+            continue
+        Operands._note(out.first, j, why)
+    return out
+
+
+def _raw(element: str) -> str:
+    """``/usr/bin/runuser`` → ``runuser`` (the name, before aliases and families)."""
+    prog = Path(element).name
+    return prog.rstrip("0123456789.") or prog
 
 
 def _special(argv: list[str], i: int, prog: str, pos: Positions) -> None:
     """Programs whose code positions are not a flag before the code (ssh, git, watch …)."""
     n = len(argv)
     if prog == "ssh":
-        # options with a value; the first operand is the host, the rest a remote command
-        j = i + 1
-        while j < n and argv[j].startswith("-") and argv[j] != "--":
-            if argv[j] in ("-o", "-F", "-J", "-W") or argv[j].startswith("-o"):
-                if argv[j] == "-o" or len(argv[j]) == 2:
-                    pos.scripts.add(j + 1)
-                    j += 2
-                    continue
-                pos.scripts.add(j)  # -oProxyCommand=…
-            elif len(argv[j]) == 2 and argv[j][1] in "bcDEeIiLlmOpQRSw":
-                j += 2
-                continue
-            j += 1
-        if j < n and argv[j] == "--":
-            j += 1
-        pos.scripts.update(range(j + 1, n))  # after the host: a shell command line
+        # options (-o, -F, -J … values are code); the first operand is the host, the rest
+        # a remote command
+        ops = operands(argv, i, _SSH)
+        pos.add("scripts", ops.code)
+        if ops.first:
+            host = min(ops.first)
+            pos.add("scripts", {k: ops.first[host] for k in range(host + 1, n)})
     elif prog == "git":
-        j = i + 1
-        while j < n and argv[j].startswith("-"):
-            if argv[j] in ("-c", "--config-env") and j + 1 < n:
-                pos.scripts.add(j + 1)
-                j += 2
-            elif argv[j].startswith(("--config-env=", "--exec-path=")):
-                pos.scripts.add(j)
-                j += 1
-            elif argv[j] in ("-C", "--git-dir", "--work-tree", "--namespace") and j + 1 < n:
-                j += 2
-            else:
-                j += 1
-        if j < n:
-            pos.programs.add(j)  # the subcommand (an alias may run a shell)
+        ops = operands(argv, i, _GIT)
+        pos.add("scripts", ops.code)
+        pos.add("programs", ops.first)  # the subcommand (an alias may run a shell)
     elif prog == "watch":
         exec_form = any(a in ("-x", "--exec") for a in argv[i + 1:])
-        first = _after_options(argv, i, _WRAPPERS["watch"][0], 0)
-        if first is not None:
-            if exec_form:
-                pos.programs.add(first)
-            else:
-                pos.scripts.update(range(first, n))  # joined and given to sh -c
+        ops = operands(argv, i, _WRAPPERS["watch"])
+        if exec_form:
+            pos.add("programs", ops.first)
+        elif ops.first:
+            first = min(ops.first)  # joined and given to sh -c
+            pos.add("scripts", {k: ops.first[first] for k in range(first, n)})
     elif prog == "sg":
-        first = _after_options(argv, i, "", 1)  # sg GROUP [-c] COMMAND
-        if first is not None:
-            pos.scripts.add(first + 1 if argv[first] == "-c" else first)
+        ops = operands(argv, i, _opts(skip=1, dash="option"))  # sg [-] GROUP [-c] COMMAND
+        for first, why in ops.first.items():
+            if first < n:
+                pos.add("scripts", {first + 1 if argv[first] == "-c" else first: why})
     elif prog == "find":
         for j in range(i + 1, n - 1):
             if argv[j] in ("-exec", "-execdir", "-ok", "-okdir"):
                 pos.programs.add(j + 1)
-    elif prog == "env":
-        for j in range(i + 1, n):
-            if argv[j] in ("-S", "--split-string") and j + 1 < n:
-                pos.scripts.add(j + 1)
-            elif argv[j].startswith(("--split-string=", "-S")) and argv[j] != "-S":
-                pos.scripts.add(j)
 
 
 def analyse(argv: list[str]) -> Positions:
@@ -231,42 +464,57 @@ def analyse(argv: list[str]) -> Positions:
 
     Interpreters are found wherever they appear (after ``env``, ``timeout``, ``sudo``,
     ``xargs``, ``find -exec`` …). Elements after an interpreter's program text are its
-    arguments (``$0``, ``$1``, …) and are fine.
+    arguments (``$0``, ``$1``, …) and are fine. Options are read as :func:`operands`
+    does: one that planrun cannot place is read both ways, and a position that is the
+    program, code or an interpreter's option under either reading is one
+    (:attr:`Positions.uncertain` says which option).
     """
     pos = Positions()
+    n = len(argv)
     for i, element in enumerate(argv):
         prog = program(element)
         _special(argv, i, prog, pos)
-        if prog in _WRAPPERS and not (prog == "flock" and any(
+        if prog in _WRAPPERS and prog != "watch" and not (prog == "flock" and any(
                 _C_FLAG.fullmatch(a) for a in argv[i + 1:])):
-            values, skip = _WRAPPERS[prog]
-            if prog != "watch":
-                first = _after_options(argv, i, values, skip, assignments=prog == "env")
-                if first is not None:
-                    pos.programs.add(first)
+            spec = _WRAPPERS[prog]
+            ops = operands(argv, i, spec)
+            pos.add("scripts", ops.code)
+            pos.add("programs", ops.first)
+            if spec.subcommand:  # uv run CMD: the subcommand's first operand too
+                for sub in list(ops.first):
+                    pos.add("programs", operands(argv, sub, spec).first)
         flag = _SCRIPT_FLAG.get(prog)
         if flag is None:
             continue
-        found = [j for j in range(i + 1, len(argv)) if flag.fullmatch(argv[j])
+        found = [j for j in range(i + 1, n) if flag.fullmatch(argv[j])
                  or (argv[j].startswith("--") and "=" in argv[j]
                      and flag.fullmatch(argv[j].split("=", 1)[0]))]
         if found:
             for j in found:
                 if "=" in argv[j]:
                     pos.scripts.add(j)
-                elif j + 1 < len(argv):
+                elif j + 1 < n:
                     pos.scripts.add(j + 1)
             last = max(pos.scripts | set(found))
             pos.options.update(k for k in range(i + 1, last) if k not in pos.scripts)
             break  # what follows the program text are its arguments ($0, $1, …)
         if prog == "flock":
             continue  # flock FILE COMMAND: COMMAND is a program (a wrapper, above)
-        # no program-text flag: up to the first operand (the script file or program) is
-        # options, and that operand is code
-        for k in range(i + 1, len(argv)):
-            pos.options.add(k)
-            if not argv[k].startswith(("-", "+")) or argv[k] in ("-", "+"):
-                break
+        # no program-text flag: the options (and their values, under every reading) and
+        # the first operand (the script file or program, which is code)
+        spec = _INTERPRETERS.get(_raw(element)) or _INTERPRETERS.get(prog) or _opts()
+        ops = operands(argv, i, spec)
+        ends: dict[int, str | None] = {}
+        for k, why in ops.first.items():  # no operand: every element is an option
+            Operands._note(ends, min(k, n - 1), why)
+        if not ends:
+            continue
+        certain = max((k for k, why in ends.items() if why is None), default=i)
+        last = max(ends)
+        pos.add("options", {k: None if k <= certain else ends[last]
+                            for k in range(i + 1, last + 1)})
+    for kind in (pos.programs, pos.scripts, pos.options):
+        kind.discard(n)  # "no operand follows"
     return pos
 
 
@@ -281,6 +529,17 @@ def _allowed(entry: ToolData, field_name: str) -> set[str] | None:
     if value is True:
         return None
     return set(value or [])
+
+
+def _unsure(pos: Positions, idx: int) -> str:
+    """Why ``idx`` is refused under one reading only ("" when every reading agrees)."""
+    option = pos.uncertain.get(idx)
+    if option is None:
+        return ""
+    joined = f"{option.split('=')[0]}=VALUE" if option.startswith("--") else f"{option}VALUE"
+    return (f" under one reading (planrun cannot tell whether the option {option!r} takes "
+            f"the next element as its value, so both readings must be safe: write its "
+            f"value in the same element, {joined!r}, or put \"--\" after the options)")
 
 
 def check_command(name: str, entry: ToolData, contract: dict[str, Any],
@@ -321,22 +580,23 @@ def check_command(name: str, entry: ToolData, contract: dict[str, Any],
         if not found:
             continue
         where = pointer("tools", name, "command", idx)
+        unsure = _unsure(pos, idx)
         if idx == 0 or idx in pos.programs:
             add(where, f"tool {name!r}: {{{found[0]}}} is in the program to run "
-                f"({element!r}); a value may not choose the program: name the program in "
-                "the command and pass the value as a separate argument")
+                f"({element!r}){unsure}; a value may not choose the program: name the "
+                "program in the command and pass the value as a separate argument")
             continue
         if idx in pos.options and idx not in pos.scripts:
             add(where, f"tool {name!r}: {{{found[0]}}} is in an interpreter's option or "
-                f"script ({element!r}); a value may not choose the program, its flags or its "
-                "code: pass it as a separate argument after the script")
+                f"script ({element!r}){unsure}; a value may not choose the program, its "
+                "flags or its code: pass it as a separate argument after the script")
             continue
         if idx in pos.scripts:
             before = f"{argv[idx - 1]} " if idx else ""
             add(where, f"tool {name!r}: {{{found[0]}}} is inside shell script text "
-                f"({before}{element!r}); a value must become exactly one argv element, "
-                "never code: pass it as a separate argument and use \"$1\" (or an "
-                "environment variable)")
+                f"({before}{element!r}){unsure}; a value must become exactly one argv "
+                "element, never code: pass it as a separate argument and use \"$1\" (or "
+                "an environment variable)")
             continue
         if whole(element) is None:
             assignment = _ASSIGNMENT.match(element)
