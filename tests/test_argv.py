@@ -3,15 +3,18 @@
 The registry refuses a placeholder embedded in a larger argv element unless it follows
 ``=`` of an ``--option=``/``key=`` element of a command that runs no code, or the tool opts
 in (``allow_embedded``); a whole-element placeholder is refused where it would be the
-program or code. At run time a value that would become an option (starts with ``-``) fails
-the step with ``arguments`` before the call, unless ``--`` comes first or the tool allows
-it (``allow_option_values``).
+program or code, with options read as the program reads them (one planrun cannot place
+read both ways). At run time a value that would become an option (starts with ``-``, ``+``
+or ``@``) fails the step with ``arguments`` before the call, unless the tool allows it
+(``allow_option_values``) or, for ``-`` only, ``--`` comes first after the program that
+reads it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -427,6 +430,117 @@ def test_dash_values_pass_after_double_dash_or_when_allowed(tmp_path: Path,
     res = _run(root, "execute", "inj", "-p", "v=-rf", "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     assert _called(root)[-1][-1] == "-rf"
+
+
+#: Option injection without a leading '-': (command, value). Each passed the run-time
+#: check before, and the program read the value as an option, a command or a file of
+#: options (vim ran the shell command; gcc read ``-wrapper /bin/sh,e.sh`` from the file).
+NO_DASH = [
+    (["vim", "-es", "-u", "NONE", "{x}"], "+!echo PWNED > x"),
+    (["gcc", "-c", "-o", "/dev/null", "{x}"], "@evil.rsp"),
+    (["less", "{x}"], "+!sh"),
+    (["more", "{x}"], "+/pattern"),
+    (["tail", "{x}"], "+1"),
+    (["sort", "{x}", "file"], "+1"),
+    (["clang", "{x}"], "@args"),
+    (["g++", "-c", "{x}"], "@args"),
+    (["cc", "{x}"], "@args"),
+    (["ld", "{x}"], "@args"),
+    (["javac", "{x}"], "@args"),
+    (["java", "-jar", "app.jar", "{x}"], "@args"),
+    (["dotnet", "build", "{x}"], "@args"),
+    # '--' does not help: gcc expands @FILE anywhere, more reads +/PATTERN after it
+    (["gcc", "-c", "--", "{x}"], "@evil.rsp"),
+    (["more", "--", "{x}"], "+/pattern"),
+    (["vim", "--", "{x}"], "+!sh"),
+    # a '--' before the program that reads the value ends another program's options
+    (["env", "--", "rm", "{x}"], "-rf"),
+    (["timeout", "5", "--", "rm", "{x}"], "-rf"),
+    (["python3", "--", "record.py", "{x}"], "-rf"),
+    (["sudo", "-u", "root", "--", "rm", "{x}"], "--no-preserve-root"),
+]
+
+
+def _problems(tmp_path: Path, argv: list[str], value: str,
+              **extra: Any) -> list[tuple[str, str]]:
+    from planrun.argv import option_value_problems
+
+    contract = {"type": "object", "properties": {"x": {"type": "string"}},
+                "required": ["x"], "additionalProperties": False}
+    path = tmp_path / "tools.yaml"
+    path.write_text(json.dumps({"tools": {"t": {"command": argv, "arguments": contract,
+                                                **extra}}}))
+    registry, issues = load_registry(path)
+    assert issues == []
+    return option_value_problems(registry["t"].entry, {"x": value})
+
+
+@pytest.mark.parametrize(("argv", "value"), NO_DASH,
+                         ids=[f"{' '.join(a)} <- {v}" for a, v in NO_DASH])
+def test_a_value_read_as_an_option_without_a_dash_is_refused(
+        tmp_path: Path, argv: list[str], value: str) -> None:
+    problems = _problems(tmp_path, argv, value)
+    assert [p for p, _m in problems] == ["/x"]
+    message = problems[0][1]
+    assert f"is {value!r}, which starts with {value[0]!r}: " in message
+    assert f"(argv element {argv.index('{x}')})" in message
+    assert "allow_option_values" in message
+    assert _problems(tmp_path, argv, value, allow_option_values=["x"]) == []
+    assert _problems(tmp_path, argv, value, allow_option_values=True) == []
+
+
+@pytest.mark.parametrize(("argv", "value"), [
+    (["rm", "--", "{x}"], "-rf"),
+    (["env", "rm", "--", "{x}"], "-rf"),
+    (["git", "-C", "/r", "status", "--", "{x}"], "-x"),
+    (["python3", "record.py", "--", "{x}"], "-rf"),
+    (["sh", "-c", 'vim -- "$1"', "sh", "{x}"], "+x"),  # the script's own argument
+    (["vim", "{x}"], "a+b@c"),
+    (["gcc", "-c", "{x}"], "x@y.c"),
+])
+def test_values_an_option_reader_cannot_take_as_options_pass(
+        tmp_path: Path, argv: list[str], value: str) -> None:
+    assert _problems(tmp_path, argv, value) == []
+
+
+@pytest.mark.parametrize("value", ["+x", "@f"])
+def test_a_plus_or_at_value_fails_the_step_before_the_call(tmp_path: Path,
+                                                           value: str) -> None:
+    for command in (["python3", "record.py", "{x}"], ["python3", "record.py", "--", "{x}"]):
+        root = _injection_project(tmp_path / f"p{len(command)}", command=command)
+        res = _run(root, "execute", "inj", "-p", f"v={value}", "--json")
+        assert res.returncode == 1, res.stderr
+        steps = {s["id"]: s for s in json.loads(res.stdout)["steps"]}
+        assert steps["b"]["error"]["code"] == "arguments"
+        assert f"starts with {value[0]!r}" in steps["b"]["error"]["message"]
+        assert _called(root) == []
+
+
+VIM_ATTACK = ["vim", "-es", "-u", "NONE", "-i", "NONE", "{x}"]
+GCC_ATTACK = ["gcc", "-c", "-o", "/dev/null", "{x}"]
+
+
+@pytest.mark.parametrize(("command", "value"), [
+    pytest.param(VIM_ATTACK, "+!touch pwned", id="vim",
+                 marks=pytest.mark.skipif(not shutil.which("vim"), reason="no vim")),
+    pytest.param(GCC_ATTACK, "@evil.rsp", id="gcc",
+                 marks=pytest.mark.skipif(not shutil.which("gcc"), reason="no gcc")),
+])
+def test_the_no_dash_attack_never_reaches_the_program(tmp_path: Path, command: list[str],
+                                                      value: str) -> None:
+    for allowed, ran in ((False, False), (True, True)):
+        root = _injection_project(tmp_path / f"p{allowed}", command=command,
+                                  **({"allow_option_values": ["x"]} if allowed else {}))
+        (root / "e.sh").write_text("touch pwned\nexec \"$@\"\n")
+        (root / "x.c").write_text("int x;\n")
+        (root / "evil.rsp").write_text("-wrapper /bin/sh,e.sh x.c\n")
+        res = _run(root, "execute", "inj", "-p", f"v={value}", "--json")
+        step = json.loads(res.stdout)["steps"][1]
+        if not allowed:
+            assert res.returncode == 1, res.stderr
+            assert step["error"]["code"] == "arguments"
+        # the control: allowed, the program does read the value as a command or options
+        assert (root / "pwned").exists() is ran, (allowed, res.stdout, res.stderr)
 
 
 def test_values_not_starting_with_dash_run(tmp_path: Path) -> None:

@@ -24,10 +24,16 @@ A command tool's ``{name}`` placeholders are checked twice:
   inside code: that stays refused).
 - **At run time** (:func:`option_value_problems`, the step fails with code ``arguments``
   before the call; values known at validation are refused there). A value that fills a
-  whole element and starts with ``-`` would be read as an option (argument injection:
-  ``-rf``, ``--output=/etc/passwd``). It is refused unless an element ``--`` comes before
-  it (the end of options) or the tool lists the argument in ``allow_option_values`` (or
-  sets it to ``true``).
+  whole element and starts with ``-``, ``+`` or ``@`` would be read as an option (argument
+  injection: ``-rf``, ``--output=/etc/passwd``; ``vim +!CMD``, ``less +CMD``, ``more
+  +/PATTERN``, ``sort +1``; ``gcc @FILE``, a response file of options, as clang, ld,
+  javac, java, dotnet and many Windows-style tools read). It is refused unless the tool
+  lists the argument in ``allow_option_values`` (or sets it to ``true``), or, for ``-``
+  only, an element ``--`` (the end of options) comes before it *after the program that
+  reads it* (``rm -- {x}``; in ``sudo -- rm {x}`` the ``--`` is sudo's). ``--`` does not
+  exempt ``+`` or ``@``: gcc and clang expand ``@FILE`` anywhere in argv, and util-linux
+  ``more`` reads ``+/PATTERN`` after ``--``. A script's own arguments, after its program
+  text (``sh -c '…' sh {x}``), are never checked: the interpreter does not read them.
 """
 
 from __future__ import annotations
@@ -290,12 +296,16 @@ class Positions:
         options: an interpreter's options or script operand (flags that choose the code).
         uncertain: index → the option that makes it so under one reading only (planrun
             cannot tell whether that option takes the next element as its value).
+        starts: where a program or script that reads the elements after it may begin
+            (``argv[0]``, every program position, an interpreter's script operand): a
+            ``--`` ends the options of the program it follows only.
     """
 
     programs: set[int] = field(default_factory=set)
     scripts: set[int] = field(default_factory=set)
     options: set[int] = field(default_factory=set)
     uncertain: dict[int, str] = field(default_factory=dict)
+    starts: set[int] = field(default_factory=lambda: {0})
 
     def add(self, kind: str, where: dict[int, str | None]) -> None:
         """Add the indices of ``where`` to ``kind``, noting why each is uncertain."""
@@ -513,7 +523,9 @@ def analyse(argv: list[str]) -> Positions:
         last = max(ends)
         pos.add("options", {k: None if k <= certain else ends[last]
                             for k in range(i + 1, last + 1)})
-    for kind in (pos.programs, pos.scripts, pos.options):
+        pos.starts.update(ends)  # the script, which reads its own arguments
+    pos.starts |= pos.programs
+    for kind in (pos.programs, pos.scripts, pos.options, pos.starts):
         kind.discard(n)  # "no operand follows"
     return pos
 
@@ -627,32 +639,48 @@ def check_command(name: str, entry: ToolData, contract: dict[str, Any],
                     "fill an argv element (the full arguments are on stdin as JSON)")
 
 
-def _option_like(argv: list[str], entry: ToolData) -> Iterator[tuple[int, str]]:
-    """(index, argument name) of whole-element placeholders a value could make an option.
+def _option_like(argv: list[str], entry: ToolData) -> Iterator[tuple[int, str, int, bool]]:
+    """Whole-element placeholders a value could make an option.
 
-    Not after ``--``, not a script's own arguments, not listed in ``allow_option_values``.
+    Yields (index, argument name, index of the program that reads it, whether a ``--``
+    ends that program's options before it). Not a script's own arguments (after its
+    program text), not listed in ``allow_option_values``. A ``--`` counts only after the
+    program that reads the element (the last of :attr:`Positions.starts` before it, under
+    every reading): in ``sudo -- rm {x}`` it ends sudo's options, not rm's.
     """
     allowed = _allowed(entry, "allow_option_values")
     if allowed is None:
         return
-    scripts = analyse(argv).scripts
+    pos = analyse(argv)
     # after an interpreter's program text come the script's own arguments ($1, …)
-    script_args = min(scripts) + 1 if scripts else len(argv)
-    for idx, element in enumerate(argv):
-        if element == "--" or idx >= script_args:
-            return
+    script_args = min(pos.scripts) + 1 if pos.scripts else len(argv)
+    for idx, element in enumerate(argv[:script_args]):
         arg = whole(element)
-        if arg is not None and arg not in allowed:
-            yield idx, arg
+        if arg is None or arg in allowed:
+            continue
+        reader = max((k for k in pos.starts if k < idx), default=0)
+        yield idx, arg, reader, "--" in argv[reader + 1:idx]
+
+
+#: A value's first character → how a program may read it (:func:`option_value_problems`).
+_OPTION_STARTS = {
+    "-": "an option",
+    "+": "an option or a command (+CMD)",
+    "@": "a file of options (@FILE)",
+}
 
 
 def option_value_problems(entry: ToolData, arguments: dict[str, Any]
                           ) -> list[tuple[str, str]]:
     """(JSON Pointer inside arguments, message) per value that cannot go on the command line.
 
-    A value that would become an option (see the module docstring), or that holds a NUL
-    character (no argv element can). Only concrete values are checked (a value not known
-    yet is checked when it is).
+    A value that would become an option (see the module docstring): one that fills a whole
+    element and starts with ``-`` (unless ``--`` ends the options of the program reading
+    it), ``+`` or ``@`` (whatever comes before it: ``more`` reads ``+/PATTERN`` and ``gcc``
+    reads ``@FILE`` after ``--``), unless the tool lists the argument in
+    ``allow_option_values``; or a value that holds a NUL character (no argv element can).
+    Only concrete values are checked (a value not known yet is checked when it is). The
+    step fails with code ``arguments`` (at validation when the value is known then).
     """
     from .params import render
 
@@ -663,15 +691,20 @@ def option_value_problems(entry: ToolData, arguments: dict[str, Any]
         if isinstance(value, str) and "\x00" in value:
             out.append((pointer(arg), f"argument {arg!r} holds a NUL character, which no "
                         "command line can carry (the arguments are also on stdin as JSON)"))
-    for idx, arg in _option_like(argv, entry):
+    for idx, arg, reader, ended in _option_like(argv, entry):
         value = arguments.get(arg)
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             continue
         text = value if isinstance(value, str) else render(value)
-        if text.startswith("-"):
-            shown = text if len(text) <= 40 else text[:37] + "..."
-            out.append((pointer(arg), f"argument {arg!r} is {shown!r}, which starts with "
-                        f"'-': {program(argv[0])} would read it as an option (argv element "
-                        f"{idx}). The tool can put \"--\" before it in its command, or allow "
-                        "it with allow_option_values"))
+        first = text[:1]
+        if first not in _OPTION_STARTS or (first == "-" and ended):
+            continue
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        fix = ("The tool can put \"--\" before it in its command, or allow it with "
+               "allow_option_values" if first == "-" else "The tool can allow it with "
+               "allow_option_values (\"--\" does not help: some programs read '+…' and "
+               "'@FILE' after it)")
+        out.append((pointer(arg), f"argument {arg!r} is {shown!r}, which starts with "
+                    f"{first!r}: {program(argv[reader])} would read it as "
+                    f"{_OPTION_STARTS[first]} (argv element {idx}). {fix}"))
     return out

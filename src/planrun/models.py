@@ -153,7 +153,8 @@ class Tool(BaseModel):
     approve: Literal["resolved"] | None = None
     #: command tools: arguments whose placeholder may sit inside a larger argv element.
     allow_embedded: list[str] | None = None
-    #: command tools: arguments (or ``true``: all) whose value may start with ``-``.
+    #: command tools: arguments (or ``true``: all) whose value may start with ``-``, ``+``
+    #: or ``@`` (:func:`planrun.argv.option_value_problems`).
     allow_option_values: bool | list[str] | None = None
     #: sync python tools: ``false`` declares that each call returns at once and keeps
     #: nothing bound to a thread, so it is called on the event loop's own thread, not in
