@@ -259,6 +259,31 @@ def test_a_journal_that_is_not_a_regular_file_or_not_planruns_is_refused(
     assert tables == {"mine"}  # nothing of ours was written into it
 
 
+@pytest.mark.sqlite
+def test_read_commands_refuse_a_journal_that_is_not_one_as_writes_do(
+        proj: Proj, tmp_path: Path) -> None:
+    """``runs`` called another application's database, and a journal truncated to 50
+    bytes, "no runs" (exit 0) where a write said exit 6 (found by an attacker)."""
+    proj.one_step("e", "echo", "{value: 1}")
+    real = tmp_path / "real.sqlite3"
+    assert proj.run("execute", "e", journal=str(real)).returncode == 0
+    cut = tmp_path / "cut.sqlite3"
+    cut.write_bytes(real.read_bytes()[:50])
+    foreign = tmp_path / "other.sqlite3"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE mine (a)")
+    for path, words in ((cut, "corrupt or not a planrun journal"),
+                        (foreign, "not a planrun journal")):
+        for args in (("runs",), ("status", "last"), ("execute", "e")):
+            res = proj.run(*args, journal=str(path))
+            assert res.returncode == 6, (args, res)
+            assert words in res.stderr, (args, res)
+            assert "Traceback" not in res.stderr, res
+    empty = tmp_path / "empty.sqlite3"
+    empty.touch()  # a journal planrun made and has not set up yet: it reads as empty
+    assert proj.run("runs", journal=str(empty)).returncode == 0
+
+
 def test_a_parameter_given_twice_is_a_usage_error(proj: Proj) -> None:
     proj.one_step("e", "echo", '{value: "{params.v}"}', params="params:\n  v: {type: string}\n")
     res = proj.run("execute", "e", "-p", "v=1", "-p", "v=2")

@@ -38,6 +38,9 @@ BUSY_TIMEOUT_MS = 30_000
 #: SQLite primary result codes that mean "this file is not a (sound) database".
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _IOERR, _FULL = 10, 13  # SQLITE_IOERR, SQLITE_FULL (primary result codes)
+#: Bytes of an SQLite database file's header: a file shorter is none (SQLite reads it as
+#: an empty database).
+_SQLITE_HEADER = 100
 
 
 def _is_corrupt(exc: BaseException) -> bool:
@@ -141,14 +144,39 @@ def _check_version(path: Path, version: int) -> None:
             hint="Upgrade planrun, or use another journal with --journal.")
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file at schema version 0 that is not an empty journal.
+
+    Another application's database (it has tables), or a file too short to be any SQLite
+    database, which SQLite itself reads as empty (a journal truncated to 50 bytes).
+    Reads and writes say the same: reads had called both "no runs" (exit 0; found by an
+    attacker).
+
+    Raises:
+        JournalError: exit 6.
+    """
+    try:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                              ).fetchone()[0]
+    except sqlite3.Error as exc:
+        raise _fail(path, exc, "read") from None
+    if tables:
+        raise JournalError(f"{path} is an SQLite database but not a planrun journal",
+                           hint="Give --journal a new file or an existing planrun journal.")
+    with suppress(OSError):
+        size = path.stat().st_size
+        if 0 < size < _SQLITE_HEADER:
+            raise JournalError(f"the journal {path} is corrupt or not a planrun journal "
+                               f"({size} bytes: shorter than any SQLite database)",
+                               hint="Move it aside and start a new journal with --journal.")
+
+
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Bring the schema to :data:`SCHEMA_VERSION` (forward only, one transaction each)."""
     version = _version(conn)
     _check_version(path, version)
-    if version == 0 and conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]:
-        raise JournalError(f"{path} is an SQLite database but not a planrun journal",
-                           hint="Give --journal a new file or an existing planrun journal.")
+    if version == 0:
+        _refuse_foreign(conn, path)
     while version < SCHEMA_VERSION:
         with atomic(conn):
             version = _version(conn)  # another process may have migrated meanwhile
@@ -277,7 +305,10 @@ def open_read(path: Path) -> sqlite3.Connection | None:
             raise _fail(path, again, "read") from None
     _check_version(path, version)
     if version == 0:
-        conn.close()
+        try:
+            _refuse_foreign(conn, path)
+        finally:
+            conn.close()
         return None
     if version < SCHEMA_VERSION:
         conn.close()
