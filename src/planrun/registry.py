@@ -42,11 +42,13 @@ def _strict_validator_class() -> Any:
         return isinstance(instance, int | float) and not isinstance(instance, bool)
 
     from .patterns import KEYWORDS
+    from .schema_limits import keywords
 
     checker = Draft202012Validator.TYPE_CHECKER.redefine_many(
         {"integer": is_integer, "number": is_number})
     return validators.extend(  # type: ignore[no-untyped-call]
-        Draft202012Validator, validators=KEYWORDS, type_checker=checker)
+        Draft202012Validator, validators={**keywords(Draft202012Validator), **KEYWORDS},
+        type_checker=checker)
 
 
 def _format_checker() -> Any:
@@ -72,14 +74,18 @@ def strict_validator(schema: dict[str, Any] | bool) -> Validator:
 
     The schema must already have passed :func:`schema_problems`. Its ``$schema``
     declarations are not followed (:func:`_without_dialects`): every level is checked
-    the same strict way.
+    the same strict way. Its checks are bounded and never raise
+    (:class:`planrun.schema_limits.Guarded`): ``uniqueItems`` in linear time,
+    ``multipleOf`` exact, a budget of references, any exception a violation.
     """
+    from .schema_limits import Guarded
+
     global _STRICT_CLASS, _FORMAT_CHECKER
     if _STRICT_CLASS is None:
         _STRICT_CLASS = _strict_validator_class()
         _FORMAT_CHECKER = _format_checker()
-    v: Validator = _STRICT_CLASS(_without_dialects(schema), format_checker=_FORMAT_CHECKER,
-                                 registry=_no_retrieval())
+    v: Validator = Guarded(_STRICT_CLASS(  # type: ignore[assignment]
+        _without_dialects(schema), format_checker=_FORMAT_CHECKER, registry=_no_retrieval()))
     return v
 
 
@@ -129,9 +135,14 @@ def _without_dialects(schema: Any) -> Any:
 
 @lru_cache(maxsize=1)
 def _meta_validator() -> Any:
-    from jsonschema import Draft202012Validator
+    """The metaschema's validator, with planrun's bounded keywords (the schema is data)."""
+    from jsonschema import Draft202012Validator, validators
 
-    return Draft202012Validator(Draft202012Validator.META_SCHEMA)
+    from .schema_limits import Guarded, keywords
+
+    cls = validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator, validators=keywords(Draft202012Validator))
+    return Guarded(cls(Draft202012Validator.META_SCHEMA))
 
 
 def schema_problems(schema: Any, *, keep: bool = True) -> list[tuple[str, str]]:
@@ -167,14 +178,19 @@ def _schema_problems(schema: dict[str, Any] | bool) -> list[tuple[str, str]]:
     from jsonschema.exceptions import best_match
 
     from .patterns import pattern_problems
+    from .schema_limits import MAX_SCHEMA_DEPTH, too_deep
 
+    deep = too_deep(schema)
+    if deep is not None:
+        return [(deep, f"this schema is nested more than {MAX_SCHEMA_DEPTH} levels deep, "
+                 "too deep to check; move parts into $defs and refer to them with $ref")]
     errors = list(_meta_validator().iter_errors(schema))
     if errors:
         err = best_match(errors)
         ptr = pointer_of(err.path)
         return [(ptr, f"not a valid JSON Schema: {err.message}")]
     problems = _unresolvable_refs(schema) + pattern_problems(schema)
-    return problems or _ref_loops(schema)
+    return problems or _ref_loops(schema) or _too_large(schema)
 
 
 #: Keywords whose value is a reference to a schema (``$recursiveRef``: 2019-09's, which
@@ -295,6 +311,38 @@ def _ref_loops(schema: Any) -> list[tuple[str, str]]:
     return []
 
 
+def _too_large(schema: Any) -> list[tuple[str, str]]:
+    """A schema whose check may apply more than ``MAX_SCHEMA_SIZE`` subschemas.
+
+    References expanded (:func:`planrun.schema_limits.expanded_size`), each from its own
+    base URI (:func:`_scopes`). Runs after :func:`_ref_loops`: every reference resolves and
+    none loops without descending into the value.
+    """
+    from referencing.exceptions import Unresolvable
+
+    from .schema_limits import MAX_SCHEMA_SIZE, expanded_size
+
+    if not isinstance(schema, dict):
+        return []
+    where: dict[int, str] = {}
+    targets: dict[int, list[Any]] = {}
+    for node, ptr, resolver in _scopes(schema):
+        where.setdefault(id(node), ptr)
+        for kw in ("$ref", "$dynamicRef"):
+            ref = node.get(kw)
+            if isinstance(ref, str):
+                with contextlib.suppress(Unresolvable):
+                    targets.setdefault(id(node), []).append(resolver.lookup(ref).contents)
+    _size, over = expanded_size(schema, targets)
+    if over is None:
+        return []
+    return [(where.get(over, ""), f"this schema is too large once its references are expanded: "
+             f"checking a value could apply more than {MAX_SCHEMA_SIZE:,} subschemas "
+             "(each $ref counts its target again, so allOf/anyOf/oneOf branches that refer "
+             "to the same definition at every level multiply); refer to each definition "
+             "from one place, or merge the branches")]
+
+
 @dataclass
 class ToolSpec:
     """A registered tool, ready to check arguments and to be called.
@@ -347,7 +395,8 @@ class ToolSpec:
         Another ``tools.yaml`` entry (another schema, command, ``accepts``...) gives
         another key, so arguments found to fit one are checked again against the other.
         The text hashed is the JSON as written, nothing normalised (not the canonical JSON
-        of digests): ``multipleOf: 2`` and ``2.0``, or a ``const`` in either Unicode form,
+        of digests): ``maximum: 9223372036854775809`` and ``…809.0`` (2^63 as a float), or a
+        ``const`` in either Unicode form,
         are different contracts to jsonschema. None when the entry is not plain JSON data
         (then no check of it is memoized).
         """
