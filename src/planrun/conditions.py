@@ -17,6 +17,7 @@ cel-python, lark and Python version; later processes load it in a few millisecon
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,47 @@ from .paths import private_dir
 
 class ConditionError(ValueError):
     """A condition that does not compile, fails to evaluate, or is not a boolean."""
+
+
+class ConditionTooLarge(ConditionError):
+    """A condition that compiles but is beyond the limits of a condition.
+
+    Too long (:data:`MAX_LENGTH`), nested too deep (:data:`MAX_DEPTH`) or with macros
+    nested too deep (:data:`MAX_MACRO_NESTING`): refused at validation.
+    """
+
+
+class ConditionStopped(Exception):
+    """The evaluation was cut because the run is stopping (``poll`` of :func:`evaluate`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+#: The longest condition, in characters.
+MAX_LENGTH = 4096
+#: How deep a condition's parse tree may nest. cel-python evaluates by recursion, about
+#: four Python frames a level, under the recursion limit it sets (2,500): measured, a
+#: tree of ~500 levels is the most it evaluates (490 ``true && …``, 54 ``(``, 47 nested
+#: lists); 200 leaves room for the frames of the run around it. A plain comparison is
+#: ~12 levels, each ``&&`` or ``+`` one more, each ``(``, ``[``, call or macro ~10.
+MAX_DEPTH = 200
+#: How many comprehension macros (``map``, ``filter``, ``all``, ``exists``,
+#: ``exists_one``) may nest inside one another: each multiplies the work by the size of
+#: its list (seven over ten items each: 10^7 evaluations).
+MAX_MACRO_NESTING = 3
+#: The most steps one evaluation may take: each node of the expression cel-python's
+#: interpreter visits, a macro's body once an item of its list. Measured on a slow
+#: 2-core machine: 35,000 to 110,000 a second (names cost more than literals), so at
+#: most a few seconds; ``x.all(f, f.size < 1024)`` takes ~13 an item (~15,000 items).
+#: An evaluation that needs more fails the step (``condition``), whatever the machine.
+COST_LIMIT = 200_000
+#: The most seconds one evaluation may take, however few its steps (one step over large
+#: data, ``x in list``, can be slow): past it the step fails (``condition``).
+TIME_LIMIT_S = 20.0
+#: Steps between two looks at the clock and at ``poll`` (:func:`evaluate`).
+POLL_EVERY = 1024
 
 
 def cel_parser_cache(cache_dir: Path | None = None) -> Path:
@@ -124,14 +166,48 @@ def _environment() -> Any:
 def _tree(expr: str) -> Any:
     import celpy.celparser
 
+    if len(expr) > MAX_LENGTH:
+        raise ConditionTooLarge(f"it is {len(expr):,} characters long; a condition may be "
+                                f"at most {MAX_LENGTH:,}")
     environment = _environment()
     install_cel_parser()  # cel-python's parser may have been reset since (see there)
     try:
-        return environment.compile(expr)
+        tree = environment.compile(expr)
     except celpy.celparser.CELParseError as exc:
         raise ConditionError(" ".join(str(exc).split())) from None
     except Exception as exc:  # cel-python raises assorted errors on odd input
         raise ConditionError(f"{type(exc).__name__}: {exc}") from None
+    _check_size(tree)
+    return tree
+
+
+def _check_size(tree: Any) -> None:
+    """Refuse a parse tree past :data:`MAX_DEPTH` or :data:`MAX_MACRO_NESTING`.
+
+    Walked without recursion: the tree may be deep.
+    """
+    from lark import Tree
+
+    deepest = nested = 0
+    stack: list[tuple[Any, int, int]] = [(tree, 1, 0)]
+    while stack:
+        node, depth, macros = stack.pop()
+        deepest = max(deepest, depth)
+        inner = macros
+        if node.data == "member_dot_arg" and len(node.children) >= 3 \
+                and str(node.children[1]) in _BINDING_MACROS:
+            inner = macros + 1  # its arguments run once an item; its list (first) once
+            nested = max(nested, inner)
+        for i, child in enumerate(node.children):
+            if isinstance(child, Tree):
+                stack.append((child, depth + 1, macros if i == 0 else inner))
+    if deepest > MAX_DEPTH:
+        raise ConditionTooLarge(f"it nests {deepest} levels deep (parentheses, operators, "
+                                f"lists, calls); a condition may nest at most {MAX_DEPTH}")
+    if nested > MAX_MACRO_NESTING:
+        raise ConditionTooLarge(f"it nests {nested} macros (map, filter, all, exists, "
+                                "exists_one) inside one another; at most "
+                                f"{MAX_MACRO_NESTING} may nest")
 
 
 def _root_ident(member: Any) -> str | None:
@@ -406,36 +482,171 @@ def compile_condition(expr: str) -> Any:
         raise ConditionError(f"{type(exc).__name__}: {exc}") from None
 
 
+class _Cut(BaseException):
+    """Ends cel-python's evaluation from inside it.
+
+    A BaseException: nothing there keeps it as an error value. ``why``: the step
+    failure's message, a :class:`ConditionStopped`, or an exception ``poll`` raised.
+    """
+
+    def __init__(self, why: str | BaseException) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class _Meter:
+    """The steps an evaluation has left (:data:`COST_LIMIT`), its clock and its ``poll``."""
+
+    def __init__(self, poll: Callable[[], str | None] | None) -> None:
+        import time
+
+        self.left = COST_LIMIT
+        self.next_look = COST_LIMIT - POLL_EVERY
+        self.clock = time.monotonic
+        self.until = self.clock() + TIME_LIMIT_S
+        self.poll = poll
+
+    def charge(self, steps: int) -> None:
+        self.left -= steps
+        if self.left <= self.next_look:
+            self.look()
+
+    def look(self) -> None:
+        self.next_look = self.left - POLL_EVERY
+        if self.left < 0:
+            raise _Cut(f"it needs more than {COST_LIMIT:,} evaluation steps (the limit of "
+                       "a condition)")
+        if self.clock() > self.until:
+            raise _Cut(f"it ran longer than {TIME_LIMIT_S:g} s (the limit of a condition)")
+        if self.poll is not None:
+            try:
+                reason = self.poll()
+            except BaseException as exc:  # re-raised by evaluate, outside cel-python
+                raise _Cut(exc) from None
+            if reason:
+                raise _Cut(ConditionStopped(reason))
+
+
+@lru_cache(maxsize=1)
+def _metered_evaluator() -> type:
+    """cel-python's tree interpreter, each node it visits charged to a :class:`_Meter`.
+
+    ``Evaluator`` (a ``lark`` ``Interpreter``) reaches every node by ``visit`` (the root,
+    and the children its rules walk themselves) or ``visit_children``; a macro's body is
+    evaluated by a ``sub_evaluator`` once an item, which shares the meter.
+    """
+    from celpy.evaluation import Evaluator
+
+    class Metered(Evaluator):
+        meter: _Meter
+
+        def visit(self, tree: Any) -> Any:
+            self.meter.charge(1)
+            return super().visit(tree)
+
+        def visit_children(self, tree: Any) -> Any:
+            self.meter.charge(len(tree.children))
+            return super().visit_children(tree)
+
+        def sub_evaluator(self, ast: Any) -> Any:
+            sub = Metered(ast, activation=self.activation)
+            sub.meter = self.meter
+            return sub
+
+    return Metered
+
+
+#: CEL's ``int``: what an integer of the data must fit in.
+_INT_RANGE = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _to_cel(value: Any, where: str) -> Any:
+    """``value`` (JSON data) as CEL values; what CEL cannot hold becomes an error value.
+
+    cel-python's ``json_to_cel`` raises on an integer beyond 64 bits (``overflow``), and
+    by recursion on data nested deeper than Python's limit: one such value of any
+    parameter or step then failed every condition, even one that does not read it. Here
+    it becomes an error in place (a ``CELEvalError``, which CEL carries as a value): a
+    condition that reads it fails (``condition``, the message naming ``where``), the
+    others never see it.
+    """
+    from celpy import celtypes
+    from celpy.evaluation import CELEvalError
+
+    low, high = _INT_RANGE
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, bool):
+            return celtypes.BoolType(v)
+        if isinstance(v, int):
+            if low <= v <= high:
+                return celtypes.IntType(v)
+            return CELEvalError(f"{where} holds an integer beyond CEL's 64-bit int range")
+        if isinstance(v, float):
+            return celtypes.DoubleType(v)
+        if isinstance(v, str):
+            return celtypes.StringType(v)
+        if v is None:
+            return None
+        if isinstance(v, (list, tuple)):
+            return celtypes.ListType([convert(item) for item in v])
+        if isinstance(v, dict):
+            return celtypes.MapType({convert(k): convert(item) for k, item in v.items()})
+        return CELEvalError(f"{where} holds a {type(v).__name__}, which CEL cannot read")
+
+    try:
+        return convert(value)
+    except RecursionError:
+        return CELEvalError(f"{where} is nested too deeply for a condition to read")
+
+
 def evaluate(expr: str, params: dict[str, Any], outputs: dict[str, Any],
              statuses: dict[str, str] | None = None,
-             facets: dict[str, Any] | None = None) -> bool:
+             facets: dict[str, Any] | None = None, *,
+             poll: Callable[[], str | None] | None = None) -> bool:
     """Evaluate ``expr`` with ``params``, ``steps.ID.output``, ``.status`` and ``.facets``.
 
     ``steps.ID.output`` is ``outputs[ID]``; ``steps.ID.status`` is ``statuses[ID]`` (a
     step status word of SPEC §5, e.g. ``"failed"``); ``steps.ID.facets`` is
     ``facets[ID]``. A step that did not succeed (or end ``partial``) has no ``output``.
 
+    The evaluation takes at most :data:`COST_LIMIT` steps and :data:`TIME_LIMIT_S`
+    seconds. Every :data:`POLL_EVERY` steps it calls ``poll`` (on the caller's thread):
+    a reason it returns ends the evaluation (:class:`ConditionStopped`); an exception it
+    raises is raised from here as it is.
+
     Raises:
-        ConditionError: evaluation failed or the result is not a boolean.
+        ConditionError: evaluation failed, went past a limit, or the result is not a
+            boolean.
+        ConditionStopped: ``poll`` asked to stop.
     """
-    from celpy.adapter import json_to_cel
+    from celpy import celtypes
 
     program = compile_condition(expr)
-    steps: dict[str, dict[str, Any]] = {sid: {"status": st}
+    steps: dict[str, dict[str, Any]] = {sid: {"status": celtypes.StringType(st)}
                                         for sid, st in (statuses or {}).items()}
     for sid, out in outputs.items():
-        steps.setdefault(sid, {})["output"] = out
+        steps.setdefault(sid, {})["output"] = _to_cel(out, f"steps.{sid}.output")
     for sid, values in (facets or {}).items():
-        steps.setdefault(sid, {})["facets"] = values
-    activation = {"params": json_to_cel(params), "steps": json_to_cel(steps)}
+        steps.setdefault(sid, {})["facets"] = _to_cel(values, f"steps.{sid}.facets")
+    activation = {
+        "params": celtypes.MapType({celtypes.StringType(name): _to_cel(v, f"params.{name}")
+                                    for name, v in params.items()}),
+        "steps": celtypes.MapType({celtypes.StringType(sid): celtypes.MapType(
+            {celtypes.StringType(k): v for k, v in fields.items()})
+            for sid, fields in steps.items()})}
+    evaluator = _metered_evaluator()(program.ast, activation=program.new_activation())
+    evaluator.meter = _Meter(poll)
     try:
-        result = program.evaluate(activation)
-    except Exception as exc:  # CELEvalError and friends
+        result = evaluator.evaluate(activation)
+    except _Cut as cut:
+        if isinstance(cut.why, BaseException):
+            raise cut.why from None
+        raise ConditionError(f"cannot evaluate {_short(expr, 120)!r}: {cut.why}") from None
+    except Exception as exc:  # CELEvalError and friends, RecursionError
         raise ConditionError(f"cannot evaluate {_short(expr, 120)!r}: {_why(exc)}") from None
     if isinstance(result, Exception):
         raise ConditionError(f"cannot evaluate {_short(expr, 120)!r}: {_why(result)}")
-    from celpy import celtypes
-
     if not isinstance(result, celtypes.BoolType):
         raise ConditionError(f"{_short(expr, 120)!r} gave {_short(type(result).__name__)}, "
                              "not true or false")

@@ -42,7 +42,8 @@ ISSUE_CODES: dict[str, str] = {
     "run completed",
     "approve_resolved": "`approve: resolved` on a step it cannot apply to (arguments "
     "known before the run, a fan-out step, a step that needs no approval)",
-    "condition": "a `when` expression does not compile or reads a step that is not an ancestor",
+    "condition": "a `when` expression does not compile, is past the limits of a condition, "
+    "or reads a step that is not an ancestor",
     "planner": "a planner failed, timed out, or wrote something that is not a plan",
     "replan_exhausted": "no valid plan within `--max-rounds` rounds of a planner",
     "unmappable": "`planrun import`: a seed-plan construct with no planrun equivalent "

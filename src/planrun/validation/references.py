@@ -177,7 +177,7 @@ def _check_step_fields(scope: Scope, expr: str, sid: str, where: str, bad: set[s
 
 
 def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
-    from ..conditions import ConditionError, compile_condition, unknown_names
+    from ..conditions import ConditionError, ConditionTooLarge, compile_condition, unknown_names
     from ..conditions import references as condition_references
 
     out, where = scope.out, base + "/when"
@@ -185,6 +185,9 @@ def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
         compile_condition(expr)
         param_refs, step_refs = condition_references(expr)
         names, calls = unknown_names(expr)
+    except ConditionTooLarge as exc:  # it would fail, or hold the run, when evaluated
+        out.add("condition", f"step {sid!r}: when is refused: {exc}", step=sid, path=where)
+        return
     except ConditionError as exc:
         out.add("condition", f"step {sid!r}: when does not compile: {exc}", step=sid,
                 path=where)
