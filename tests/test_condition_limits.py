@@ -10,12 +10,16 @@ docs/plans.md "Conditions".
 from __future__ import annotations
 
 import re
+import signal
+import sys
+import time
 from typing import Any
 
 import pytest
 
 from planrun import conditions
 from planrun.conditions import ConditionError, ConditionStopped, ConditionTooLarge
+from planrun.errors import RunError
 from planrun_cli import CliProject
 
 DIGITS = "[0,1,2,3,4,5,6,7,8,9]"
@@ -279,6 +283,9 @@ def slow_plan(cli: CliProject, condition: str, timeout: str = "") -> None:
 
 #: ~30 million evaluation steps: cut by the cost limit (minutes without it).
 CUBED = "size(params.xs.map(a, params.xs.map(b, params.xs.map(c, a + b + c)))) > 0"
+#: Fewer steps than the limit (10,000 bodies of ~15), each slow (``in`` over 20,000
+#: items): the clock (or the run) cuts it, after ~20 s.
+SLOW = "params.xs.all(a, params.xs.all(b, b in params.ys))"
 
 
 def test_execute_ends_when_a_condition_passes_the_cost_limit(cli: CliProject) -> None:
@@ -294,3 +301,66 @@ def test_execute_ends_when_a_condition_passes_the_cost_limit(cli: CliProject) ->
     assert re.search(f"needs more than {conditions.COST_LIMIT:,} evaluation steps|ran "
                      f"longer than {conditions.TIME_LIMIT_S:g} s", b.error["message"])
     assert cli.counts() == {"a": 1}  # b's tool was never called
+
+
+def test_the_runs_timeout_cuts_a_condition_short(cli: CliProject) -> None:
+    slow_plan(cli, SLOW, timeout="timeout: 2")
+    res = cli.run("execute", "slow", timeout=HANG_GUARD_S)
+    assert res.returncode == 1, res.stderr
+    steps = {s.step_id: s for s in cli.probe().steps()}
+    assert steps["a"].status == "succeeded"
+    # failed by the timeout, never called (not called once the evaluation ended, and then
+    # cut and left indeterminate)
+    b = steps["b"]
+    assert b.status == "failed"
+    assert b.error is not None
+    assert b.error["code"] == "timeout"
+    assert "while its condition was evaluated" in b.error["message"]
+    assert cli.counts() == {"a": 1}
+    assert "[timeout] the run's timeout of 2.0 s ran out while its condition was evaluated" \
+        in res.stdout
+
+
+def wait_succeeded(cli: CliProject, proc: Any, sid: str) -> None:
+    """Until the journal has ``sid`` succeeded (committed), the process still running."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        if cli.journal_exists():
+            try:
+                if cli.probe().step(sid).status == "succeeded":
+                    break
+            except (KeyError, RunError):
+                pass  # the run, or its steps, not journaled yet
+        assert proc.poll() is None, cli.output_of(proc)
+        assert time.monotonic() < deadline, "step a never committed"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_a_run_while_a_condition_evaluates(cli: CliProject,
+                                                        signum: int) -> None:
+    """The step before was committed while the condition ran (its success no longer
+    waits for the next commit), and the signal is heard: the run ends interrupted, the
+    step left pending for resume."""
+    slow_plan(cli, SLOW)
+    proc = cli.start("execute", "slow")
+    wait_succeeded(cli, proc, "a")  # committed while b's condition evaluates
+    time.sleep(0.3)
+    assert proc.poll() is None  # still evaluating (it takes ~20 s)
+    proc.send_signal(signum)
+    res = cli.finish(proc, timeout=HANG_GUARD_S)
+    assert res.returncode == (130 if signum == signal.SIGINT else 143), res.stderr
+    steps = {s.step_id: s for s in cli.probe().steps()}
+    assert steps["a"].status == "succeeded"
+    assert steps["b"].status == "pending"
+    assert cli.counts() == {"a": 1}
+
+
+def test_a_kill_while_a_condition_evaluates_keeps_the_step_before(cli: CliProject) -> None:
+    slow_plan(cli, SLOW)
+    proc = cli.start("execute", "slow")
+    wait_succeeded(cli, proc, "a")  # fails without the commit: a stays 'running'
+    cli.kill_group(proc)
+    proc.wait(timeout=HANG_GUARD_S)
+    assert cli.probe().step("a").status == "succeeded"

@@ -164,6 +164,53 @@ class Interruptible:
         self.close()
 
 
+class Noted:
+    """While planrun's own work holds the loop's thread: SIGINT and SIGTERM only noted.
+
+    A ``when`` that takes long to evaluate (:mod:`planrun.conditions`) holds the loop, so
+    its handlers do not run. For that while these take SIGINT and SIGTERM (the loop's
+    wakeup fd set aside, as :class:`Interruptible` does, so the loop does not hear of
+    them twice) and only add them to :attr:`received`; the work looks there and ends
+    itself, and the scheduler handles them then. On the main thread only.
+    """
+
+    _SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM))
+    _MASK = frozenset(_SIGNALS)
+
+    def __init__(self) -> None:
+        #: (signal number, ``time.monotonic()``) of each SIGINT / SIGTERM taken, in order.
+        self.received: list[tuple[int, float]] = []
+        self._open = False
+        self._previous: list[Any] = []
+        self._wakeup = -1
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append((signum, time.monotonic()))
+
+    def open(self) -> None:
+        """Take SIGINT and SIGTERM (the loop's wakeup fd set aside)."""
+        blocked = _signal.pthread_sigmask(signal.SIG_BLOCK, self._MASK)
+        try:
+            self._previous = [_signal.signal(s, self._on_signal) for s in self._SIGNALS]
+            self._wakeup = signal.set_wakeup_fd(-1)
+            self._open = True
+        finally:
+            _signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def close(self) -> None:
+        """Put the handlers and the wakeup fd back (again: nothing)."""
+        if not self._open:
+            return
+        blocked = _signal.pthread_sigmask(signal.SIG_BLOCK, self._MASK)
+        try:
+            signal.set_wakeup_fd(self._wakeup)
+            for s, previous in zip(self._SIGNALS, self._previous, strict=True):
+                _signal.signal(s, previous)
+            self._open = False
+        finally:
+            _signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 class LoopAside:
     """While a call runs on the loop's thread: no event loop, running or current.
 

@@ -55,6 +55,13 @@ class RunParts:
     _slot_waiters: dict[str, CheckedStep]
     _loop: asyncio.AbstractEventLoop
     _grace: asyncio.TimerHandle
+    #: The run's ``timeout`` timer, while it is armed.
+    _deadline: asyncio.TimerHandle | None
+    #: The loop took SIGINT and SIGTERM (the run is driven on the main thread).
+    _hears_signals: bool
+
+    def _run_timeout(self) -> None:
+        raise NotImplementedError
 
     def _emit(self, kind: str, sid: str, **info: Any) -> None:
         raise NotImplementedError

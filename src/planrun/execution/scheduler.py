@@ -280,13 +280,14 @@ class Executor(Steps, FanOut, Attempts, Gate):
         signals = (signal.SIGINT, signal.SIGTERM) if on_main_thread() else ()
         for signum in signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
+        self._hears_signals = bool(signals)
         beat = None
         if self.owner:
             beat = Heartbeat(self.journal.path, [self.run_id, *self.also_leased], self.owner,
                              self._lease_taken)
             beat.start()
-        deadline = (loop.call_later(self.plan.timeout, self._run_timeout)
-                    if self.plan.timeout else None)
+        deadline = self._deadline = (loop.call_later(self.plan.timeout, self._run_timeout)
+                                     if self.plan.timeout else None)
         try:
             await self._schedule()
         except Exception as exc:

@@ -104,11 +104,22 @@ class Steps(RunParts):
             if self.state[sid].status == "pending" and self._stopped_for(step):
                 self._skip(sid, reason, message, defer=True)
 
-    def _when(self, step: CheckedStep) -> bool:
-        """Evaluate the step's condition; False when the step was failed or skipped."""
-        from ..conditions import ConditionError, evaluate, reads_facets, reads_output
+    def _when(self, step: CheckedStep) -> bool | None:
+        """Evaluate the step's condition; False when the step was failed or skipped.
+
+        None: a signal came while it was evaluated, which cut it short; the step stays
+        pending (resume evaluates it again). The signal is handled before this returns.
+        """
+        from ..conditions import (
+            ConditionError,
+            ConditionStopped,
+            evaluate,
+            reads_facets,
+            reads_output,
+        )
 
         assert step.when is not None
+        poll = _LongCondition(self)
         try:
             above = ancestors(step.id, self.plan.deps)
             done = [sid for sid, st in self.state.items()
@@ -126,7 +137,7 @@ class Steps(RunParts):
                       and reads_facets(step.when, sid)}
             go = evaluate(step.when, self.plan.params, outputs,
                           statuses={sid: self.state[sid].status for sid in above},
-                          facets=facets)
+                          facets=facets, poll=poll)
         except redact.SecretMissing as exc:
             self._fail_now(step, "reference", str(exc))
             return False
@@ -136,6 +147,19 @@ class Steps(RunParts):
                 str(exc), keep=(repr(step.when), "cannot evaluate ", " gave ",
                                 ", not true or false")))
             return False
+        except ConditionStopped as stop:
+            if stop.reason == "timeout":
+                if self._deadline is not None:
+                    self._deadline.cancel()  # it is taken here, once
+                self._run_timeout()
+                # failed, not skipped: the run did not do this step's work in its time
+                # (its tool was never called)
+                self._fail_now(step, "timeout", f"{self.stopping} while its condition "
+                               "was evaluated")
+                return False
+            return None  # a signal (handled below): stays pending
+        finally:
+            poll.close()
         if not go:
             self._skip(step.id, "condition", f"when is false: {step.when}")
         return bool(go)
@@ -330,3 +354,52 @@ class Steps(RunParts):
                        if code == "timeout" else "ended with an unknown effect")
         elif outcome.status == "pending":
             st.status = "pending"  # journaled pending too: resume runs it
+
+
+class _LongCondition:
+    """The ``poll`` of a step's condition, while it holds the loop's thread.
+
+    :func:`~planrun.conditions.evaluate` calls it every
+    :data:`~planrun.conditions.POLL_EVERY` steps: only an evaluation that takes a while.
+
+    At its first call it commits what is deferred (a step's success waiting to share the
+    next commit: a crash during the evaluation would lose it) and takes SIGINT and
+    SIGTERM (:class:`~planrun.dispatch.inline.Noted`); then, and at each call, a signal
+    taken or the run's ``timeout`` past stops the evaluation. :meth:`close` hands the
+    signals to the scheduler.
+    """
+
+    def __init__(self, run: Steps) -> None:
+        self.run = run
+        self.noted: Any = None
+
+    def __call__(self) -> str | None:
+        run = self.run
+        if self.noted is None:
+            from ..dispatch.inline import Noted
+
+            self.noted = Noted()
+            if run.journal.pending_writes and not run.lost:
+                run.journal.flush()  # LeaseLost and journal errors: raised as they are
+            if run._hears_signals:
+                self.noted.open()
+        if self.noted.received:
+            return "signal"
+        deadline = run._deadline
+        if deadline is not None and not deadline.cancelled() \
+                and run._loop.time() >= deadline.when():
+            return "timeout"
+        return None
+
+    def close(self) -> None:
+        """Put the signal handlers back, and hand the signals taken to the scheduler."""
+        if self.noted is None:
+            return
+        self.noted.close()
+        import time
+
+        now = time.monotonic()
+        for signum, at in self.noted.received:
+            self.run._on_signal(signum, now - at)
+        self.noted.received.clear()
+
