@@ -125,9 +125,9 @@ class Steps(RunParts):
             done = [sid for sid, st in self.state.items()
                     if st.status in FINISHED and sid in above]
             # only the outputs it may read are loaded: a condition on a step's facets
-            # never reads its output, however large (issue 17)
-            # only a step that succeeded has an output (and facets): for the others the
-            # condition finds no member (its words say so)
+            # never reads its output, however large (issue 17); and only a step that
+            # succeeded has an output (and facets): for the others the condition finds no
+            # member (its words say so)
             done_ok = [sid for sid in done if self.state[sid].status in ("succeeded",
                                                                          "partial")]
             outputs = {sid: redact.reveal(self._output(sid), self.plan.params)
