@@ -718,6 +718,19 @@ def _state(conn: PgConnection) -> tuple[int | None, int]:
     return (int(version[0]) if version and version[0] is not None else 0), functions
 
 
+def _refuse_foreign(conn: PgConnection, location: str) -> None:
+    """Refuse a database planrun has not set up that has a table named like its ``runs``.
+
+    Raises:
+        JournalError: exit 6.
+    """
+    if _has_table(conn, "runs"):
+        raise JournalError(
+            f"the database {shown_location(location)} has a table 'runs' but is "
+            "not a planrun journal",
+            hint="Give --journal a database of its own for planrun.")
+
+
 def _check_version(location: str, version: int | None) -> None:
     if version is not None and version > SCHEMA_VERSION:
         raise JournalError(
@@ -743,11 +756,7 @@ def migrate(conn: PgConnection, location: str) -> None:
         version, functions = _state(conn)  # another process may have migrated meanwhile
         _check_version(location, version)
         if version is None:
-            if _has_table(conn, "runs"):
-                raise JournalError(
-                    f"the database {shown_location(location)} has a table 'runs' but is "
-                    "not a planrun journal",
-                    hint="Give --journal a database of its own for planrun.")
+            _refuse_foreign(conn, location)
             conn.execute("CREATE TABLE planrun_schema (version BIGINT NOT NULL)")
             conn.execute("INSERT INTO planrun_schema (version) VALUES (0)")
             version = 0
@@ -822,6 +831,9 @@ class PostgresBackend:
             version, functions = _state(conn)
             _check_version(self.location, version)
             if version is None and not write:
+                # read as empty only when it is not another application's (reads had
+                # called a database with its own `runs` table "no runs"; writes refuse it)
+                _refuse_foreign(conn, self.location)
                 conn.close()
                 return None
             if version != SCHEMA_VERSION or (write and functions < FUNCTIONS_VERSION):
