@@ -253,6 +253,13 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     if name is not None and not NAME_RE.fullmatch(name):
         raise UsageError(f"--name {name!r}: a plan name is letters, digits, '.', '_' and "
                          "'-' (starting with a letter or digit, at most 100 characters)")
+    if name is not None and name.lower().endswith((".yaml", ".yml", ".json")):
+        # it wrote plans/x.yaml.yaml, which `planrun execute x.yaml` does not find as a
+        # name (found by an attacker): the name is the file's stem
+        stem = name.rsplit(".", 1)[0]
+        raise UsageError(f"--name {name!r}: give the plan's name without a file suffix",
+                         hint=f"--name {stem} writes plans/{stem}.yaml; --out FILE writes "
+                         "another file")
     out = _checked_out(settings, out)
     who = resolve_planner(settings, planner)
     rounds = max_rounds or who.max_rounds or DEFAULT_MAX_ROUNDS

@@ -172,6 +172,13 @@ def test_name_and_out(proj: Project, tmp_path: Path) -> None:
     bad = planrun(proj, "plan", "g", "--planner", PLANNER_ARG, "--name", "../escape")
     assert bad.returncode == 2
     assert "error[usage]" in bad.stderr
+    # a file suffix in the name wrote plans/x.yaml.yaml (found by an attacker)
+    for suffixed in ("x.yaml", "x.YML", "x.json"):
+        bad = planrun(proj, "plan", "g", "--planner", PLANNER_ARG, "--name", suffixed)
+        assert bad.returncode == 2, bad
+        assert "without a file suffix" in bad.stderr, bad.stderr
+        assert "--name x writes plans/x.yaml" in bad.stderr, bad.stderr
+    assert sorted(p.name for p in proj.plans.iterdir()) == ["hello-world.yaml"]
 
 
 @pytest.mark.parametrize(("args", "status", "words"), [
