@@ -180,7 +180,8 @@ def command(name: str) -> click.Command | None:
 
 app = typer.Typer(
     name="planrun",
-    help="Validate, approve, run and resume plans of tool calls, journaled in SQLite.",
+    help="Validate, approve, run and resume plans of tool calls, journaled in SQLite or "
+    "PostgreSQL.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -204,10 +205,10 @@ def _root(
         "-C", "--project", help="Project folder (also accepted after the command).",
         metavar="DIR")] = None,
     journal: Annotated[str | None, typer.Option(
-        "--journal", help="Journal location, a file path (also accepted after the command).",
-        metavar="PATH")] = None,
+        "--journal", help="Journal location: a file path or a postgresql:// URL (also "
+        "accepted after the command).", metavar="PATH|URL")] = None,
 ) -> None:
-    """Validate, approve, run and resume plans of tool calls, journaled in SQLite."""
+    """Validate, approve, run and resume plans of tool calls, journaled in SQLite or PostgreSQL."""
     # Given before the command, they act like the environment: an option given after the
     # command still wins (flag > environment > planrun.toml).
     if project is not None:

@@ -36,8 +36,8 @@ def text(value: str | None) -> str | None:
 # --- common options (accepted after the command name) ------------------------------------
 
 JournalOpt = Annotated[str | None, typer.Option(
-    "--journal", help="Journal location, a file path (default: $PLANRUN_JOURNAL, "
-    "planrun.toml, or the user data folder).", metavar="PATH")]
+    "--journal", help="Journal location: a file path or a postgresql:// URL (default: "
+    "$PLANRUN_JOURNAL, planrun.toml, or the user data folder).", metavar="PATH|URL")]
 ProjectOpt = Annotated[str | None, typer.Option(
     "-C", "--project", help="Project folder (default: where planrun.toml is found).",
     metavar="DIR")]
