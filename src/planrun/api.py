@@ -34,7 +34,7 @@ from .checking import (
 from .errors import InternalError, Refused
 from .issues import Issue, Report
 from .outcome import RunOutcome
-from .paths import Settings, load_settings, shown_path
+from .paths import Settings, load_settings, probe, shown_path
 from .reading import (
     follow,
     forget,
@@ -50,6 +50,8 @@ from .reading import (
 from .validation import CheckedPlan, ParamInput
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .planning import Planned
 
 __all__ = [
@@ -95,7 +97,7 @@ def validate(settings: Settings, names: Sequence[str], given: ParamInput | None 
     targets = list(names) or plan_names(settings.plans_dir)
     if not targets:
         report.issues.append(Issue(code="not_found", severity="warning", file=shown_path(
-            settings.plans_dir), message=f"no plans in {shown_path(settings.plans_dir)}"))
+            settings.plans_dir), message=_no_plans(settings.plans_dir)))
     concrete = bool(given and given.given)
     for name in targets:
         if name == "-" and stdin is not None:
@@ -636,3 +638,13 @@ def plan_names(settings: Settings) -> list[str]:
     from .paths import plan_names as names
 
     return names(settings.plans_dir)
+
+
+def _no_plans(folder: Path) -> str:
+    """Why ``validate`` with no plan named checked none: an empty, missing or no folder."""
+    shown = shown_path(folder)
+    if probe(folder, "is_dir"):
+        return f"no plans in {shown}"
+    if probe(folder, "is_symlink") or probe(folder):
+        return f"the plans folder {shown} is not a folder"
+    return f"no plans folder {shown}"

@@ -335,21 +335,19 @@ def _regular(mode: int, shown: str) -> None:
                                f"{kind}, not a regular file")])
 
 
-def load_file(path: Path, *, display: str | None = None, keep: bool = False) -> Document:
-    """Read and parse one file (kind by suffix).
+def read_text(path: Path, shown: str) -> str:
+    """The UTF-8 text of the regular file at ``path`` (``shown``: its name in issues).
 
-    ``keep`` (a plan or the registry, never a parameters file): the data of a YAML text
-    parsed before by the same code is read back from :mod:`planrun.parse_cache`, and a
-    text parsed now is kept there.
+    A FIFO, a socket, a device or a folder is refused, never opened for a wait (``stat``
+    first, then ``O_NONBLOCK`` and ``fstat``: a FIFO put in the file's place meanwhile is
+    refused too); a file over :data:`MAX_FILE_BYTES` (64 MiB) is refused before it is read.
 
     Raises:
-        DocumentError: ``syntax`` (also for unreadable or non-UTF-8 files), ``duplicate_key``,
+        DocumentError: ``syntax`` (missing, unreadable, not a regular file, not UTF-8),
             ``too_large``.
     """
-    shown = display or str(path)
     try:
         _regular(os.stat(path).st_mode, shown)
-        # O_NONBLOCK: a FIFO put in the file's place meanwhile is refused, not waited on
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise DocumentError([Issue(code="syntax", file=shown,
@@ -370,10 +368,25 @@ def load_file(path: Path, *, display: str | None = None, keep: bool = False) -> 
         raise DocumentError([Issue(code="too_large", file=shown, message="file is over the "
                                    f"bound of {MAX_FILE_BYTES:,} bytes")])
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DocumentError([Issue(code="syntax", file=shown,
                                    message=f"not UTF-8 text (byte {exc.start})")]) from None
+
+
+def load_file(path: Path, *, display: str | None = None, keep: bool = False) -> Document:
+    """Read (:func:`read_text`) and parse one file (kind by suffix).
+
+    ``keep`` (a plan or the registry, never a parameters file): the data of a YAML text
+    parsed before by the same code is read back from :mod:`planrun.parse_cache`, and a
+    text parsed now is kept there.
+
+    Raises:
+        DocumentError: ``syntax`` (also for unreadable or non-UTF-8 files), ``duplicate_key``,
+            ``too_large``.
+    """
+    shown = display or str(path)
+    text = read_text(path, shown)
     kind = kind_of(path)
     if not keep or kind != "yaml":
         return parse_text(text, kind=kind, file=shown)

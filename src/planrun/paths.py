@@ -92,11 +92,21 @@ def probe(path: Path, test: str = "exists") -> bool:
         return False
 
 
+def _present(path: Path) -> bool:
+    """Whether anything is at ``path``: a file of any kind, a folder, a dangling symlink."""
+    return probe(path, "is_symlink") or probe(path)
+
+
 def find_config(start: Path) -> Path | None:
-    """The nearest ``planrun.toml`` in ``start`` or its parents, or None."""
+    """The nearest ``planrun.toml`` in ``start`` or its parents, or None.
+
+    Whatever is there counts, a FIFO, a folder or a dangling symlink too: reading it then
+    fails with code ``config`` (:func:`load_settings`) rather than a parent folder's
+    settings or none being used without a word.
+    """
     for folder in (start, *start.parents):
         candidate = folder / CONFIG_NAME
-        if probe(candidate, "is_file"):
+        if _present(candidate):
             return candidate
     return None
 
@@ -217,7 +227,7 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
             raise UsageError(f"project folder {str(explicit)!r} does not exist",
                              hint="Give -C/--project an existing folder.")
         config_file: Path | None = folder / CONFIG_NAME
-        if config_file is not None and not probe(config_file, "is_file"):
+        if config_file is not None and not _present(config_file):
             config_file = None
     else:
         config_file = find_config(here)
@@ -226,10 +236,12 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
     if config_file is not None:
         import tomllib
 
+        from .loading import DocumentError, read_text
+
         try:
-            raw = tomllib.loads(config_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise _config_error(config_file, f"cannot read: {exc}") from None
+            raw = tomllib.loads(read_text(config_file, str(config_file)))
+        except DocumentError as exc:
+            raise _config_error(config_file, exc.issues[0].message) from None
         except tomllib.TOMLDecodeError as exc:
             raise _config_error(config_file, f"not valid TOML: {exc}") from None
         unknown = sorted(set(raw) - _KEYS)
