@@ -552,3 +552,60 @@ def test_collect_keeps_failed_items_as_error_objects_on_each_journal(
     assert [sorted(o) for o in out] == [["item_error"], ["args", "effect"], ["item_error"]]
     assert out[2]["item_error"] == {"index": 2, "code": "tool_error",
                                     "message": "RuntimeError: fix-2 is not there yet"}
+
+
+# --- a failure stops the run, also after a crash (found by an attacker) ---------------------
+
+
+def test_resume_after_a_crash_in_a_cleanup_step_still_stops_for_the_failure(
+        proj: CliProject) -> None:
+    """A run stopped by a failure runs only its clean-up steps. Killed in the clean-up
+    step, ``resume`` forgot the failure and ran ``after`` too, a step the run that never
+    crashed skips as ``stopped`` (found by an attacker)."""
+    proj.plan("cleanup", """
+        planrun: 1
+        goal: Fail, clean up, and nothing else
+        steps:
+          - {id: bad, tool: flaky, arguments: {file: never-there}}
+          - {id: cleanup, tool: idem, depends_on: [bad], run_if: always,
+             arguments: {label: cleanup}}
+          - {id: after, tool: once, depends_on: [cleanup], arguments: {label: after}}
+    """)
+    whole = proj.run("execute", "cleanup", "--json")
+    assert whole.returncode == 1, whole
+    expected = {s["id"]: (s["status"], (s.get("error") or {}).get("code"))
+                for s in whole.json["steps"]}
+    assert expected["after"] == ("skipped", "stopped"), expected
+    proj.effects.unlink()
+    run_id = crash(proj, "cleanup", "call:cleanup")
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 1, r
+    got = {s["id"]: (s["status"], (s.get("error") or {}).get("code"))
+           for s in r.json["steps"]}
+    assert got == expected
+    assert proj.counts() == {"bad": 1, "cleanup": 2}  # cleanup again (idempotent); after never
+
+
+def test_resume_after_resolve_failed_stops_as_the_failure_would_have(
+        proj: CliProject) -> None:
+    """A step settled ``--failed`` fails the run: resume starts no other ordinary step
+    (it started them all, found by an attacker), only the clean-up steps."""
+    proj.plan("settled", """
+        planrun: 1
+        goal: A step whose effect is unknown, settled as failed
+        steps:
+          - {id: a, tool: once, arguments: {label: a}}
+          - {id: b, tool: once, arguments: {label: b}}
+          - {id: notify, tool: idem, depends_on: [a, b], run_if: failure,
+             arguments: {label: notify}}
+    """)
+    run_id = crash(proj, "settled", "dispatch:a", "--max-parallel", "1")
+    r = proj.run("resolve", run_id, "a", "--failed", "--reason", "it did not happen")
+    assert r.returncode == 0, r
+    r = proj.run("resume", run_id, "--json")
+    assert r.returncode == 1, r
+    got = {s["id"]: (s["status"], (s.get("error") or {}).get("code"))
+           for s in r.json["steps"]}
+    assert got["b"] == ("skipped", "stopped"), got
+    assert got["notify"] == ("succeeded", None), got
+    assert proj.counts() == {"notify": 1}

@@ -140,6 +140,14 @@ class Executor(Steps, FanOut, Attempts, Gate):
         """
         for s in self.plan.steps:
             self.state.setdefault(s.id, StepState())
+        # A run resumed after a step failed goes on stopping for that failure (unless
+        # --keep-going): only its clean-up steps start, as in the run that never crashed
+        # (resume started every ordinary step left pending; found by an attacker).
+        failed = next((s.id for s in self.plan.steps
+                       if self.state[s.id].status in ("failed", "indeterminate")), None)
+        if failed is not None:
+            self._stop(failed, "failed" if self.state[failed].status == "failed"
+                       else "ended with an unknown effect")
         self._crash = crash_points()
         self._seam = os.environ.get(INTERNAL_ENV, "")  # read once a run (inject_fault)
         try:
