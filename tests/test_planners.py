@@ -238,6 +238,40 @@ def test_a_planner_that_hangs_is_killed_with_its_group(proj: Project) -> None:
         pytest.fail("the planner's child outlived the timeout")
 
 
+FLOOD = r"""
+import os, sys
+sys.stdin.read()
+out = sys.stdout.buffer if sys.argv[1] == "stdout" else sys.stderr.buffer
+chunk = b"x" * 65536
+while True:  # until killed
+    out.write(chunk)
+"""
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_planner_that_floods_is_killed_at_the_bound_not_at_its_timeout(
+        proj: Project, stream: str) -> None:
+    """A planner writing without end filled the disk (~1 GB a second into a temporary
+    file) until its timeout (300 s by default) before the 4 MiB bound was looked at
+    (found by an attacker). It is killed as soon as it writes past the bound."""
+    import time
+
+    from planrun.planners.invoke import MAX_OUTPUT_BYTES, MAX_STDERR_BYTES
+
+    proj.write("flood.py", FLOOD)
+    proj.write_config("[planners.flood]\ncommand = [" + json.dumps(sys.executable)
+                      + f', "flood.py", "{stream}"]\ntimeout = 120\n')
+    started = time.monotonic()
+    with pytest.raises(Refused) as caught:
+        plan(proj, planner="flood", max_rounds=1)
+    assert time.monotonic() - started < 60
+    [issue] = caught.value.report.all_issues()
+    assert issue.code == "planner"
+    bound = MAX_OUTPUT_BYTES if stream == "stdout" else MAX_STDERR_BYTES
+    assert f"more than {bound:,} bytes on {stream}" in issue.message, issue.message
+    assert "timeout" not in issue.message, issue.message
+
+
 def test_a_plan_cannot_carry_decisions(proj: Project) -> None:
     # A planner that tries to clear approvals, grant itself a tool or change the policy
     # inside the plan: the plan format has no such fields, the plan is refused (schema).
@@ -302,6 +336,31 @@ def test_a_failing_callable_is_a_planner_issue(proj: Project, body: str, words: 
     proj.write_config('[planners.bad]\npython = "badplanner:plan"\ntimeout = 0.5\n')
     with pytest.raises(Refused) as caught:
         plan(proj, planner="bad", max_rounds=1)
+    [issue] = caught.value.report.all_issues()
+    assert issue.code == "planner"
+    assert words in issue.message, issue.message
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    # a dict nested past what json.dumps can follow: a RecursionError traceback
+    ("d = {}\n    for _ in range(100000):\n        d = {'a': d}\n    return d",
+     "nested too deeply"),
+    # text with a lone surrogate: a UnicodeEncodeError traceback from the YAML reader
+    ("return 'planrun: 1\\ngoal: \\udcff\\nsteps: []\\n'", "not UTF-8 text"),
+    # a dict past the bound of a planner's output was accepted whatever its size
+    ("return {'planrun': 1, 'goal': 'g' * (5 * 1024 * 1024), 'steps': []}",
+     "a plan from a planner is at most"),
+    # keys that are not strings became strings ({1: ...} read as {"1": ...})
+    ("return {'planrun': 1, 'goal': 'g', 'steps': [], 1: 'x'}", "not a string"),
+    ("d = {'planrun': 1, 'goal': 'g', 'steps': []}\n    d['x'] = d\n    return d",
+     "Circular reference"),
+])
+def test_a_callable_answer_that_is_not_plan_data_is_a_planner_issue(
+        proj: Project, body: str, words: str) -> None:
+    """Found by an attacker: each answer was a traceback, or was repaired silently."""
+    proj.write_module("oddplanner", f"def plan(request):\n    {body}\n")
+    with pytest.raises(Refused) as caught:
+        plan(proj, planner="python:oddplanner:plan", max_rounds=1)
     [issue] = caught.value.report.all_issues()
     assert issue.code == "planner"
     assert words in issue.message, issue.message

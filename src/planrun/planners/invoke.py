@@ -30,6 +30,10 @@ from .spec import Planner
 
 #: The most bytes a planner may write as its plan (4 MiB); more is a ``planner`` issue.
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+#: The most bytes a planner command may write on stderr (16 MiB; only its tail is kept).
+MAX_STDERR_BYTES = 16 * 1024 * 1024
+#: Seconds between two looks at how much a running planner command wrote.
+POLL_S = 0.02
 #: How much of a failing command's stderr is kept in the issue message (characters).
 STDERR_TAIL_CHARS = 2000
 #: What a planner's output is called in issues.
@@ -106,6 +110,44 @@ def _terminate_raises() -> Any:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _Flooded(Exception):
+    """A planner command wrote past a bound on ``stream`` while it ran."""
+
+    def __init__(self, stream: str, bound: int) -> None:
+        super().__init__(stream)
+        self.stream = stream
+        self.bound = bound
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float, fout: Any, ferr: Any) -> int:
+    """The command's exit status, looking every :data:`POLL_S` at what it wrote.
+
+    A planner that writes without end is stopped at the bound, not at its timeout: its
+    output goes to temporary files, which it would otherwise grow until the disk is full
+    (found by an attacker).
+
+    Raises:
+        subprocess.TimeoutExpired: it ran past ``timeout`` seconds.
+        _Flooded: it wrote more than :data:`MAX_OUTPUT_BYTES` on stdout or
+            :data:`MAX_STDERR_BYTES` on stderr.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        try:
+            return proc.wait(min(POLL_S, left))
+        except subprocess.TimeoutExpired:
+            pass
+        if os.fstat(fout.fileno()).st_size > MAX_OUTPUT_BYTES:
+            raise _Flooded("stdout", MAX_OUTPUT_BYTES)
+        if os.fstat(ferr.fileno()).st_size > MAX_STDERR_BYTES:
+            raise _Flooded("stderr", MAX_STDERR_BYTES)
+
+
 def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) -> bytes:
     from .. import procs
     from ..tools import PARAM_ENV_PREFIX
@@ -131,12 +173,19 @@ def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) ->
         keeper.add(proc.pid)
         try:
             with _terminate_raises():
-                code = proc.wait(planner.timeout)
+                code = _wait(proc, planner.timeout, fout, ferr)
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             proc.wait()
             raise PlannerFailed(f"the planner ran past its timeout of {planner.timeout:g} s "
                                 "and was killed (with its process group)") from None
+        except _Flooded as flood:
+            _kill_group(proc.pid)
+            proc.wait()
+            raise PlannerFailed(f"the planner wrote more than {flood.bound:,} bytes on "
+                                f"{flood.stream} and was killed (with its process group); "
+                                f"a plan from a planner is at most {MAX_OUTPUT_BYTES:,} "
+                                "bytes") from None
         except BaseException:  # Ctrl-C: the planner does not outlive planrun
             _kill_group(proc.pid)
             proc.wait()
@@ -234,11 +283,27 @@ def _document(raw: Any, secrets: Secrets) -> Any:
     from ..loading import DocumentError, parse_text
 
     if isinstance(raw, dict):
+        bad_key = _non_string_key(raw)
+        if bad_key is not None:
+            # json.dumps would turn 1 into "1" and True into "true": nothing is repaired
+            raise PlannerFailed(f"the planner returned a dict that is not JSON data: the "
+                                f"key {bad_key!r} is not a string")
         try:
             text = json.dumps(raw, ensure_ascii=False, allow_nan=False)
+        except RecursionError:
+            raise PlannerFailed("the planner returned a dict that is not a plan: it is "
+                                "nested too deeply") from None
         except (TypeError, ValueError) as exc:
             raise PlannerFailed(f"the planner returned a dict that is not JSON data: "
                                 f"{exc}") from None
+        if len(text) > MAX_OUTPUT_BYTES // 4 and len(text.encode(
+                "utf-8", "surrogatepass")) > MAX_OUTPUT_BYTES:
+            raise PlannerFailed(f"the planner returned a dict of more than "
+                                f"{MAX_OUTPUT_BYTES:,} bytes as JSON; a plan from a "
+                                f"planner is at most {MAX_OUTPUT_BYTES:,} bytes")
+        if not _encodable(text):
+            raise PlannerFailed("the planner returned a dict whose text is not UTF-8 text "
+                                "(a lone surrogate)")
         kind = "json"
     elif isinstance(raw, str | bytes):
         if isinstance(raw, bytes):
@@ -255,6 +320,9 @@ def _document(raw: Any, secrets: Secrets) -> Any:
             if len(text) > MAX_OUTPUT_BYTES:
                 raise PlannerFailed(f"the planner returned {len(text):,} characters; a plan "
                                     f"from a planner is at most {MAX_OUTPUT_BYTES:,} bytes")
+            if not _encodable(text):
+                raise PlannerFailed("the planner's output is not UTF-8 text (a lone "
+                                    "surrogate)")
         if not text.strip():
             raise PlannerFailed("the planner wrote nothing: it must print one plan (JSON or "
                                 "YAML)")
@@ -277,3 +345,36 @@ def _document(raw: Any, secrets: Secrets) -> Any:
         raise PlannerFailed(f"the planner's output is not a plan: a plan is a mapping "
                             f"(planrun: 1, goal, steps, …), not {shown}", line=1, column=1)
     return doc
+
+
+def _encodable(text: str) -> bool:
+    """``text`` holds no lone surrogate (it can be written as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _non_string_key(value: Any) -> Any:
+    """The first mapping key in ``value`` that is not a string, or None.
+
+    Iterative, and each container once (a dict that holds itself is json.dumps's to
+    refuse).
+    """
+    todo = [value]
+    seen: set[int] = set()
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict | list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    return k
+                todo.append(v)
+        elif isinstance(item, list | tuple):
+            todo.extend(item)
+    return None
