@@ -5,7 +5,8 @@ journals the session (one run record, status ``planning`` → ``planned`` | ``re
 and writes the accepted plan:
 
 - NAME is ``--name``, else the plan's own ``name`` when it is a plain file name
-  (``[A-Za-z0-9][A-Za-z0-9_.-]*``, at most 100 characters), else a slug of the goal.
+  (``[A-Za-z0-9][A-Za-z0-9_.-]*``, at most 100 characters, not ending ``.yaml``,
+  ``.yml`` or ``.json``), else a slug of the goal.
   The written plan's ``name`` is NAME.
 - The file is ``plans/NAME.yaml``, or the existing file of plan NAME (``.yaml``, ``.yml``
   or ``.json``, looked up as ``execute NAME`` does), or ``--out FILE``. A new file gets
@@ -24,13 +25,25 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import Refused, UsageError
 from .issues import Issue, PlanReport
 
 #: A NAME planrun writes a plan file under.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+#: What a plan file's name ends with (SPEC §3 "Plan lookup"): never part of a NAME.
+PLAN_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def plain_name(name: Any) -> TypeGuard[str]:
+    """``name`` can name a plan file: :data:`NAME_RE`, and no plan file suffix of its own.
+
+    ``x.yaml`` would be written ``plans/x.yaml.yaml``, which ``planrun execute x.yaml``
+    does not find (found by an attacker).
+    """
+    return (isinstance(name, str) and NAME_RE.fullmatch(name) is not None
+            and not name.lower().endswith(PLAN_SUFFIXES))
 
 
 @dataclass
@@ -253,7 +266,7 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     if name is not None and not NAME_RE.fullmatch(name):
         raise UsageError(f"--name {name!r}: a plan name is letters, digits, '.', '_' and "
                          "'-' (starting with a letter or digit, at most 100 characters)")
-    if name is not None and name.lower().endswith((".yaml", ".yml", ".json")):
+    if name is not None and name.lower().endswith(PLAN_SUFFIXES):
         # it wrote plans/x.yaml.yaml, which `planrun execute x.yaml` does not find as a
         # name (found by an attacker): the name is the file's stem
         stem = name.rsplit(".", 1)[0]
@@ -296,8 +309,7 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     session.params = params.request()
     data = accepted.data
     own = data.get("name")
-    final_name = name or (own if isinstance(own, str) and NAME_RE.fullmatch(own)
-                          else slug(goal))
+    final_name = name or (own if plain_name(own) else slug(goal))
     if before is None and out is None and final_name != name:
         before = _existing(settings, final_name, None)
         prev_data, prev_text, prev_rev = _previous(before)

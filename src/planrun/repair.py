@@ -254,7 +254,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
         request_base,
         resolve_planner,
     )
-    from .planning import NAME_RE, _existing, _previous, _write, render, slug
+    from .planning import _existing, _previous, _write, plain_name, render, slug
     from .retry import start_child
 
     with Journal(settings.journal, write=True) as journal:
@@ -304,8 +304,9 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
     final = revised(accepted.data, row.plan_name, revision)
     plan = _checked(settings, row, final, given)
     check_approve(approve or [], plan)  # a usage error before anything is written
-    # A plan name that is no plain file name (a `name:` with '/' or '..') is not a path.
-    stem = row.plan_name if NAME_RE.fullmatch(row.plan_name) else slug(row.plan_name)
+    # A plan name that is no plain file name (a `name:` with '/' or '..', or one ending
+    # '.yaml') is not a path.
+    stem = row.plan_name if plain_name(row.plan_name) else slug(row.plan_name)
     target = before or settings.plans_dir / f"{stem}.yaml"
     shown = journaled_path(Path(target), settings)
     previous = None if before is None else {

@@ -181,6 +181,18 @@ def test_name_and_out(proj: Project, tmp_path: Path) -> None:
     assert sorted(p.name for p in proj.plans.iterdir()) == ["hello-world.yaml"]
 
 
+def test_a_planner_name_with_a_file_suffix_is_not_the_file_name(proj: Project) -> None:
+    """The plan's own ``name: x.yaml`` wrote plans/x.yaml.yaml, as ``--name x.yaml`` did
+    before it was refused (found by an attacker): such a name is not a plain file name,
+    so NAME is the goal's slug, as for any other."""
+    for suffixed in ("greet.yaml", "greet.JSON"):
+        answers(proj, GOOD.replace("name: greet", f"name: {suffixed}"))
+        result = planrun(proj, "plan", "greet people", "--planner", PLANNER_ARG, "-q")
+        assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in proj.plans.iterdir()) == ["greet-people.yaml"]
+    assert "name: greet-people" in (proj.plans / "greet-people.yaml").read_text()
+
+
 @pytest.mark.parametrize(("args", "status", "words"), [
     (["plan", "g"], 2, "needs --planner"),
     (["plan", "g", "--planner", "cmd:"], 2, "no command"),
