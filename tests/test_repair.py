@@ -54,6 +54,9 @@ def test_the_same_plan_changes_nothing() -> None:
     ("tool", "other"), ("arguments", {"value": 9}), ("arguments", {"value": 1, "x": 1}),
     ("depends_on", ["a", "c"]), ("for_each", [1, 2]), ("when", "true"),
     ("on_item_error", "continue"), ("max_items", 5),
+    # run_if decides whether the step runs, as when does: it was not compared (found by
+    # an attacker), so a revision could say a notify step that ran runs on success only
+    ("run_if", "always"), ("run_if", "failure"),
 ])
 def test_each_effect_field_of_a_succeeded_step_is_a_change(name: str, value: Any) -> None:
     issues = changed_succeeded(OLD, revised(b={name: value}), DONE, run_id="r1")
@@ -73,7 +76,7 @@ def test_how_a_step_is_run_is_not_a_change(name: str, value: Any) -> None:
 
 def test_defaults_and_dependency_order_are_not_changes() -> None:
     new = revised(a={"arguments": {"value": 1}, "depends_on": [], "on_item_error": "fail",
-                     "max_items": 10000},
+                     "max_items": 10000, "run_if": "success"},
                   b={"depends_on": ["a", "a"]})
     old = copy.deepcopy(OLD)
     old["steps"][0].pop("arguments")

@@ -12,7 +12,7 @@ for the next round. The accepted revision is written as the next revision of the
 
 **What "changes" means.** A succeeded step is unchanged when the revision has a step with
 the same ``id`` whose *effect fields* (:data:`EFFECT_FIELDS`: ``tool``, ``arguments`` as
-written, ``depends_on`` as a set, ``for_each``, ``when``, ``on_item_error``,
+written, ``depends_on`` as a set, ``for_each``, ``when``, ``run_if``, ``on_item_error``,
 ``max_items``, ``facets``) are equal, a field left out counting as its default. Fields that only say
 how a step was run (``intent``, ``timeout``, ``retries``, ``max_parallel``, ``pool``) may
 change. Removing a succeeded step is a change. Steps that did not succeed (failed,
@@ -32,11 +32,13 @@ from .pointers import pointer
 
 #: Step fields that decide what a step did (its call, its inputs, its items, whether it ran).
 #: ``facets`` too (issue 17): an inherited step keeps the facets computed in the failed run.
-EFFECT_FIELDS = ("tool", "arguments", "depends_on", "for_each", "when", "on_item_error",
-                 "max_items", "facets")
+#: ``run_if`` as ``when`` does: it decides whether the step ran (found by an attacker).
+EFFECT_FIELDS = ("tool", "arguments", "depends_on", "for_each", "when", "run_if",
+                 "on_item_error", "max_items", "facets")
 #: The value of an effect field left out of a step (SPEC §3).
 _DEFAULTS: dict[str, Any] = {"arguments": {}, "depends_on": [], "for_each": None,
-                             "when": None, "on_item_error": "fail", "max_items": 10000,
+                             "when": None, "run_if": "success", "on_item_error": "fail",
+                             "max_items": 10000,
                              "facets": None}
 #: The issue code of a revision that changes a step the failed run completed.
 CODE = "repair_changes_succeeded"
