@@ -305,11 +305,21 @@ def conceal_tail(data: bytes, secrets: Secrets, size: int) -> str:
     16 characters of a 36-character secret before 1,520 emoji).
     """
     longest = secrets.longest
-    window = 4 * (size + longest) + 4  # a character is at most 4 bytes of UTF-8
+    window = tail_window(secrets, size)
     text = secrets.conceal_text(data[-window:].decode("utf-8", "replace"))
     if len(data) > window:  # the window's start may hold the end of a secret
         text = cut_tail(text, max(len(text) - longest - 1, 0))
     return cut_tail(text, size)
+
+
+def tail_window(secrets: Secrets, size: int) -> int:
+    """How many bytes at the end of a text :func:`conceal_tail` decodes for ``size`` characters.
+
+    ``size`` more than the longest spelling of a secret, 4 bytes a character (the most a
+    character takes in UTF-8). A reader that keeps only a tail keeps at least one byte
+    more, so that the cut is seen.
+    """
+    return 4 * (size + secrets.longest) + 4
 
 
 def cut_head(text: str, size: int) -> str:

@@ -42,6 +42,17 @@ from .registry import ToolSpec
 STDERR_TAIL_BYTES = 2000
 #: Seconds a command gets between SIGTERM and SIGKILL when it is cancelled or times out.
 KILL_GRACE_S = 5.0
+#: The most bytes a command may write on stdout when that is its output (``output: text``
+#: or ``json``: journaled, read back by resume, shown): 64 MiB, the bound of a plan file.
+#: A command still running past it is killed; one that exited past it failed (``output``).
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+#: The most bytes a running command may write on a stream of which only the tail is kept
+#: (stderr, and stdout of ``output: none``): 1 GiB; past it, it is killed. Its temporary
+#: file would otherwise grow until the disk is full or the call's timeout, if it has one
+#: (found by an attacker). Only the end of such a stream is read.
+MAX_STREAM_BYTES = 1024 * 1024 * 1024
+#: Seconds between two looks at how much a running command wrote.
+STREAM_POLL_S = 0.05
 #: Environment variables that give parameters; tools never see them (SPEC §7).
 PARAM_ENV_PREFIX = "PLANRUN_PARAM_"
 
@@ -89,8 +100,24 @@ class ToolFailure(Exception):
         self.error = error
 
 
-class CallTimeout(ToolFailure):
+class CallCutShort(ToolFailure):
+    """planrun ended the call before it ended (killed it, or abandoned a python call).
+
+    A tool that is not idempotent then has an unknown effect (``indeterminate``); an
+    idempotent one failed (it may be retried).
+    """
+
+
+class CallTimeout(CallCutShort):
     """The call ran past its timeout (it was killed, or abandoned for a python tool)."""
+
+
+class OutputBound(CallCutShort):
+    """A command wrote past a bound and was killed with its process group (code ``output``).
+
+    The bounds: :data:`MAX_OUTPUT_BYTES` on a stdout that is its output,
+    :data:`MAX_STREAM_BYTES` on stderr or on a stdout that is not.
+    """
 
 
 def fill_argv(argv: list[str], arguments: dict[str, Any]) -> list[str]:
@@ -378,6 +405,9 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
             that cannot be started (``tool_error``), or stdout that is not the declared
             JSON (``output``).
         CallTimeout: it ran past ``timeout`` seconds (SIGTERM, then SIGKILL).
+        OutputBound: while it ran, it wrote past :data:`MAX_OUTPUT_BYTES` on stdout that
+            is its output, or past :data:`MAX_STREAM_BYTES` on stderr or another stdout
+            (killed so).
     """
     secrets = _secrets(secrets)
     argv = fill_argv(list(tool.entry.command or []), arguments)
@@ -405,25 +435,91 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
             except BaseException:
                 await terminate(proc)
                 raise
+        output = tool.output_mode != "none"
+        bounds = ((fout, "stdout", MAX_OUTPUT_BYTES if output else MAX_STREAM_BYTES),
+                  (ferr, "stderr", MAX_STREAM_BYTES))
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await _wait_bounded(proc, timeout, bounds)
         except TimeoutError:
             await terminate(proc)
             raise CallTimeout({"code": "timeout",
                                "message": f"command ran past its timeout of {timeout} s "
                                "and was killed"}) from None
+        except _Past as past:
+            await terminate(proc)
+            what = "its output" if past.stream == "stdout" and output else \
+                f"a stream of which only the last {STDERR_TAIL_BYTES:,} characters are kept"
+            raise OutputBound({"code": "output", "message": f"command wrote more than "
+                               f"{past.bound:,} bytes on {past.stream} ({what}) and was "
+                               "killed"}) from None
         except asyncio.CancelledError:
             await terminate(proc)
             raise
-        fout.seek(0)
-        out = fout.read()
-        ferr.seek(0)
-        err = ferr.read()
+        if output and os.fstat(fout.fileno()).st_size > MAX_OUTPUT_BYTES:  # written at once
+            raise ToolFailure({"code": "output", "message": f"command wrote more than "
+                               f"{MAX_OUTPUT_BYTES:,} bytes on stdout (its output)"})
+        out = _read(fout) if output else _read_tail(fout, secrets)
+        err = _read_tail(ferr, secrets)
     if proc.returncode != 0:
         raise ToolFailure(_exit_error(argv[0], proc.returncode, out, err, secrets))
     if err.strip() and on_stderr is not None:
         on_stderr(_tail(err, secrets))
     return _command_output(tool, argv[0], out, secrets)
+
+
+class _Past(Exception):
+    """A running command wrote more than ``bound`` bytes on ``stream``."""
+
+    def __init__(self, stream: str, bound: int) -> None:
+        super().__init__(stream)
+        self.stream, self.bound = stream, bound
+
+
+async def _wait_bounded(proc: asyncio.subprocess.Process, timeout: float | None,
+                        bounds: tuple[tuple[Any, str, int], ...]) -> None:
+    """Wait for the command to exit, looking at what it wrote every :data:`STREAM_POLL_S`.
+
+    ``bounds``: (temporary file, stream name, most bytes) of each stream it writes to.
+
+    Raises:
+        TimeoutError: it ran past ``timeout`` seconds.
+        _Past: it wrote past a bound (it is still running: the caller ends it).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    exited = asyncio.ensure_future(proc.wait())
+    try:
+        while True:
+            wait = STREAM_POLL_S if deadline is None else min(STREAM_POLL_S,
+                                                              deadline - loop.time())
+            if wait <= 0:
+                raise TimeoutError
+            done, _ = await asyncio.wait((exited,), timeout=wait)
+            if done:
+                return
+            for f, stream, bound in bounds:
+                if os.fstat(f.fileno()).st_size > bound:
+                    raise _Past(stream, bound)
+    finally:
+        exited.cancel()
+
+
+def _read(f: Any) -> bytes:
+    """All a command wrote to the temporary file ``f``."""
+    f.seek(0)
+    data: bytes = f.read()
+    return data
+
+
+def _read_tail(f: Any, secrets: Secrets) -> bytes:
+    """The end of what a command wrote to ``f``, not the whole stream into memory.
+
+    What :func:`_tail` keeps of it, and one byte more (so that the cut is seen).
+    """
+    keep = redact.tail_window(secrets, STDERR_TAIL_BYTES) + 1
+    f.seek(max(os.fstat(f.fileno()).st_size - keep, 0))
+    data: bytes = f.read(keep)
+    return data
 
 
 def _command_env(ctx: StepContext) -> dict[str, str]:

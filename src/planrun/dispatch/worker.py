@@ -51,7 +51,7 @@ from ..redact import MASK, Secrets
 from ..registry import ToolSpec
 from ..tools import (
     PARAM_ENV_PREFIX,
-    CallTimeout,
+    CallCutShort,
     ToolFailure,
     call_command,
     call_python,
@@ -483,7 +483,7 @@ async def _call(root: Path, tool: ToolSpec, call: Call) -> Outcome:
                                        call.timeout, secrets=call.secrets)
         else:
             output = await _command(root, tool, call, stderr)
-    except CallTimeout as exc:
+    except CallCutShort as exc:  # a timeout, an output bound: killed mid-call
         return ("timeout", exc.error)
     except ToolFailure as exc:
         return ("failed", exc.error)

@@ -18,7 +18,7 @@ from .. import redact
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
 from ..loading import MAX_DEPTH, too_deep
-from ..tools import CallTimeout, StepContext, ToolFailure
+from ..tools import CallCutShort, StepContext, ToolFailure
 from ..validation import CheckedStep
 from .base import RunParts
 from .common import MAX_RECOVERIES, Outcome, Slots, facets_of, inject_fault, internal_error
@@ -123,7 +123,7 @@ class Attempts(RunParts):
             code, why = self.cancel_reason or ("interrupted", "the run was interrupted")
             return self._unknown(call, {"code": code, "message": f"call {how} because "
                                         f"{why}; its effect is unknown"})
-        except CallTimeout as exc:
+        except CallCutShort as exc:  # a timeout, an output bound: killed mid-call
             if not step.tool.entry.idempotent:
                 return self._unknown(call, exc.error)
             return exc.error
