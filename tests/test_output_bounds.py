@@ -138,3 +138,30 @@ def test_a_long_stderr_gives_its_tail_and_no_part_of_a_secret(tmp_path: Path) ->
         assert message.endswith("zzzEND")
         assert not set(message) & set(secret), message[:200]
         assert len(message) < keep + 200
+
+
+def test_a_python_tool_returning_more_than_the_bound_failed(tmp_path: Path) -> None:
+    """The same bound for a python tool's output, as the journal would keep it (JSON):
+    before, 65 MiB went into the journal's row."""
+    root = tmp_path / "p"
+    (root / "plans").mkdir(parents=True)
+    (root / "big.py").write_text(
+        f"def big(extra):\n    return 'x' * ({tools.MAX_OUTPUT_BYTES} + extra)\n")
+    (root / "tools.yaml").write_text(
+        "tools:\n  big:\n    python: big:big\n    idempotent: true\n    arguments: {type: "
+        "object, properties: {extra: {type: integer}}, required: [extra], "
+        "additionalProperties: false}\n")
+    (root / "plans" / "big.yaml").write_text(
+        "planrun: 1\ngoal: big\nparams:\n  extra: {type: integer}\nsteps:\n"
+        "  - {id: s, tool: big, arguments: {extra: '{params.extra}'}}\n")
+    env = dict(os.environ, PLANRUN_JOURNAL=str(tmp_path / "j.sqlite3"))
+    res = run_planrun("execute", "big", "-p", "extra=1", "--json", cwd=root, env=env)
+    assert res.returncode == 1, res.stderr
+    step = json.loads(res.stdout)["steps"][0]
+    assert step["status"] == "failed"
+    assert step["error"]["code"] == "output"
+    assert f"more than {tools.MAX_OUTPUT_BYTES:,} bytes as JSON" in step["error"]["message"]
+    assert (tmp_path / "j.sqlite3").stat().st_size < 8 * 1024 * 1024
+    # the JSON text of a string is 2 bytes longer: one 3 bytes under the bound is kept
+    res = run_planrun("execute", "big", "-p", "extra=-3", "--json", cwd=root, env=env)
+    assert res.returncode == 0, res.stderr

@@ -18,7 +18,7 @@ from .. import redact
 from ..dispatch.base import CALL_LOST, Call, CallLost, Watch
 from ..errors import PlanrunError
 from ..loading import MAX_DEPTH, too_deep
-from ..tools import CallCutShort, StepContext, ToolFailure
+from ..tools import MAX_OUTPUT_BYTES, CallCutShort, StepContext, ToolFailure
 from ..validation import CheckedStep
 from .base import RunParts
 from .common import MAX_RECOVERIES, Outcome, Slots, facets_of, inject_fault, internal_error
@@ -299,6 +299,12 @@ class Attempts(RunParts):
             return output, {"code": "output", "message": f"tool {name!r} returned text that "
                             "is not valid Unicode (an undecodable file name?); return it as "
                             "text that can be encoded in UTF-8"}, None
+        # an output is journaled, read back by resume and shown: as a command's stdout,
+        # at most MAX_OUTPUT_BYTES (64 MiB) as JSON, whichever tool made it
+        if len(text) > MAX_OUTPUT_BYTES // 4 and len(text.encode()) > MAX_OUTPUT_BYTES:
+            return output, {"code": "output", "message": f"tool {name!r} returned a value "
+                            f"of more than {MAX_OUTPUT_BYTES:,} bytes as JSON; return "
+                            "less, or write it to a file and return its path"}, None
         # planrun's own walks over an output (masking, facets, canonical JSON) recurse: an
         # output json could still write but nested deeper than a plan may be is refused
         # the same way (a value that deep takes at least two characters a level)
