@@ -416,6 +416,61 @@ def test_a_key_nobody_is_calling_can_be_claimed(journal: Journal, path: Path,
         (RUN, "running")]
 
 
+@pytest.mark.parametrize("item", [None, 3], ids=["step", "item"])
+@pytest.mark.parametrize(("holder", "ttl"), [
+    pytest.param("dead", 30.0, id="holder-dead"),
+    pytest.param("live", -1.0, id="lease-expired"),
+    pytest.param(None, 30.0, id="no-lease"),
+])
+def test_a_key_a_stopped_run_was_calling_is_refused_for_a_tool_that_is_not_idempotent(
+        journal: Journal, path: Path, holder: str | None, ttl: float,
+        item: int | None) -> None:
+    """Run OTHER stopped inside the call: its effect is unknown. A tool that is not
+    idempotent is not called again (``indeterminate``); the error names that run's step
+    (or item) and the ``resolve`` that settles it, and nothing is written."""
+    owner = {"dead": f"{HOST}:{_dead_pid()}:deaddead",
+             "live": f"{HOST}:{os.getpid()}:livelive"}.get(holder or "")
+    _claimed_by_other(path, journal, holder=owner, ttl=ttl)
+    if item is not None:
+        _sql(path, "UPDATE idempotency_keys SET item_index = ? WHERE key = ?", item, KEY)
+    before = _state(path)
+    journal.fresh_keys = False
+    with pytest.raises(RunError) as caught:
+        journal.step_started(RUN, "b", attempt=1, key=KEY, root_run_id=RUN,
+                             idempotent=False)
+    error = caught.value
+    assert error.code == "indeterminate"
+    assert error.details == {"run_id": OTHER, "step": "a", "item": item}
+    shown, where = ("a", "a") if item is None else ("a[3]", "a --item 3")
+    assert f"step {shown} was being called by run {OTHER} " in str(error)
+    assert f"planrun resolve {OTHER} {where} --succeeded" in str(error.hint)
+    assert f"planrun resume {RUN} " in str(error.hint)
+    assert _state(path) == before
+
+
+def test_one_key_of_a_live_run_among_keys_of_the_holders_own_run_is_refused(
+        journal: Journal, path: Path) -> None:
+    """A batch of claims (several keys, one query): the claims this process's own run
+    holds are passed over, and a later key a live run is calling is still refused."""
+    owner = f"{HOST}:{os.getpid()}:retry"
+    journal.take_lease(RUN, owner)
+    _claimed_by_other(path, journal, holder=owner, ttl=30.0)  # KEY: OTHER, this lease
+    third = "0123456789abcdee"
+    _new_run(journal, third)
+    _sql(path, "INSERT INTO idempotency_keys (key, root_run_id, run_id, step_id, "
+         "item_index, status, claimed_at) VALUES (?,?,?,?,?,?,?)", "key-z", third, third,
+         "a", None, "running", now())
+    _sql(path, "UPDATE runs SET lease_owner = ?, lease_expires = ? WHERE run_id = ?",
+         f"{HOST}:{os.getpid()}:livelive", time.time() + 30, third)
+    assert journal.conn is not None
+    for keys in ([KEY, "key-z"], ["key-z", KEY]):
+        with pytest.raises(RunError) as caught:
+            journal._refuse_live_claim(journal.conn, keys, RUN)
+        assert caught.value.code == "run_busy"
+        assert third in str(caught.value)
+    journal._refuse_live_claim(journal.conn, [KEY], RUN, idempotent=False)  # its own
+
+
 def test_a_key_claimed_by_the_same_run_is_not_refused(journal: Journal, path: Path) -> None:
     """Resume re-dispatches an idempotent step under the key it claimed itself."""
     journal.take_lease(RUN, f"{HOST}:{os.getpid()}:mineмine")
