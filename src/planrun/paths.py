@@ -97,6 +97,41 @@ def _present(path: Path) -> bool:
     return probe(path, "is_symlink") or probe(path)
 
 
+#: The first 16 bytes of every SQLite database file (a journal is one).
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: The files SQLite keeps beside a database while it is used (WAL, shared memory, rollback).
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def _sqlite_database(path: str) -> bool:
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # never opens a FIFO (it would block)
+            return False
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_database(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`OSError` when writing a file at ``path`` would replace a journal.
+
+    A page or a plan that planrun writes where the user said (``report --out``,
+    ``plan --out``, ``import --out``) never replaces an SQLite database (a journal: the
+    one in use or another) or one of the files SQLite keeps beside it, also not through a
+    symlink: ``planrun report --out journal.sqlite3`` wrote the page over the whole
+    history (found by an attacker). Callers turn the error into their usage error.
+    """
+    real = os.path.realpath(path)
+    sidecar = next((s for s in SQLITE_SIDECARS if real.endswith(s)), None)
+    if _sqlite_database(real) or (sidecar is not None
+                                  and _sqlite_database(real[:-len(sidecar)])):
+        raise OSError(0, "it is an SQLite database (a journal?) or one of its files; "
+                      "planrun never writes over one")
+
+
 def find_config(start: Path) -> Path | None:
     """The nearest ``planrun.toml`` in ``start`` or its parents, or None.
 

@@ -135,7 +135,13 @@ def render(data: dict[str, Any], suffix: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file in its folder, renamed)."""
+    """Write ``text`` to ``path`` atomically (a temporary file in its folder, renamed).
+
+    Never over a journal (:func:`planrun.paths.refuse_database`: ``OSError``).
+    """
+    from .paths import refuse_database
+
+    refuse_database(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

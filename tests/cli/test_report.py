@@ -323,3 +323,52 @@ def test_out_through_a_symlink_and_into_a_fifo(proj: Project, tmp_path: Path) ->
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
     assert got
     assert got[0].startswith("<!doctype html>")
+
+
+@pytest.mark.sqlite
+def test_out_never_replaces_a_journal(proj: Project, tmp_path: Path) -> None:
+    # `--out` naming the journal (directly, through a symlink, or a file SQLite keeps
+    # beside it) wrote the page over the whole history (found by an attacker). The same
+    # for the other commands that write where --out says: plan and import.
+    run_id = _nightly(proj)
+    journal = Path(os.environ["PLANRUN_JOURNAL"])
+    before = journal.read_bytes()
+    other = tmp_path / "other.sqlite3"
+    other.write_bytes(before)  # another journal, not the one in use
+    wal = Path(f"{journal}-wal")
+    wal.write_bytes(b"")  # what SQLite keeps beside a journal in WAL mode
+    link = tmp_path / "link.html"
+    link.symlink_to(journal)
+    for target in (journal, link, other, wal):
+        result = report(proj, run_id, "--out", str(target))
+        assert result.returncode == 2, (target, result.stderr)
+        assert result.stderr.startswith(
+            f"planrun: error[usage]: cannot write the report to {target}: "), result.stderr
+        assert "SQLite database" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert journal.read_bytes()[:16] == b"SQLite format 3\x00"
+    assert other.read_bytes() == before
+    assert link.is_symlink()
+    assert wal.read_bytes() == b""
+    assert not list(journal.parent.glob(".*.sqlite3*"))  # no temporary file left
+    assert report(proj, run_id, "--out", str(tmp_path / "fine.html")).returncode == 0
+    status = run_planrun("status", run_id, "--json", "-C", str(proj.root), cwd=proj.root)
+    assert status.returncode == 0, status.stderr  # the journal is whole
+
+    planner = proj.write("planner.py", "import json, sys\njson.load(sys.stdin)\n"
+                         "print(json.dumps({'planrun': 1, 'goal': 'g', 'steps': [{'id': 'a', "
+                         "'tool': 'echo', 'arguments': {'value': 1}}]}))\n")
+    planned = run_planrun("plan", "a goal", "--planner", f"cmd:{sys.executable} {planner}",
+                          "--out", str(link), "-C", str(proj.root), cwd=proj.root)
+    assert planned.returncode == 2, planned.stderr
+    assert "SQLite database" in planned.stderr
+    assert "Traceback" not in planned.stderr
+    seed = proj.write("seed.json", '{"name": "s", "objective": "o", "nodes": [{"id": "a", '
+                      '"tool": "echo", "depends_on": [], "args": {"value": 1}}]}')
+    imported = run_planrun("import", str(seed), "--out", str(other), "-C", str(proj.root),
+                           cwd=proj.root)
+    assert imported.returncode == 2, imported.stderr
+    assert "SQLite database" in imported.stderr
+    assert "Traceback" not in imported.stderr
+    assert journal.read_bytes()[:16] == b"SQLite format 3\x00"
+    assert other.read_bytes() == before

@@ -41,22 +41,25 @@ def save(path: str | os.PathLike[str], text: str) -> Path:
     replaced). A new file is readable by its owner only (0600 like the journal: a run's
     parameters and errors are in it); an existing one keeps its mode. Anything else
     that exists (a device such as ``/dev/stdout``, a FIFO) is written to as it is, never
-    replaced.
+    replaced. An SQLite database (a journal) or a file SQLite keeps beside one is never
+    written over (:func:`planrun.paths.refuse_database`).
 
     Returns:
         The path written (as given).
 
     Raises:
         UsageError: the folder does not exist or cannot be written, ``path`` is a
-            folder, or writing fails (a full disk) (``usage``, exit 2).
+            folder or a journal, or writing fails (a full disk) (``usage``, exit 2).
     """
     from ..loading import utf8_text
+    from ..paths import refuse_database
 
     text = utf8_text(text)  # a tool's message may hold a lone surrogate (a file name)
     target = Path(path)
     tmp: str | None = None
     try:
         real = target.resolve() if target.is_symlink() else target
+        refuse_database(real)
         if real.is_dir():
             raise IsADirectoryError(21, "is a folder")
         found = real.stat() if real.exists() else None
