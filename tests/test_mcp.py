@@ -647,3 +647,62 @@ def test_a_summary_keeps_planruns_words_but_never_cuts_a_secret() -> None:
     assert "failed" in text
     short = _result(data, summary.replace("banana", "e"), secrets={"tok": "e"})
     assert "failed" in short.content[0].text  # a one-letter secret garbles no word
+
+
+def test_a_client_that_leaves_mid_run_changes_no_outcome(agent_project: Path) -> None:
+    # The client disconnects (stdin, stdout and stderr closed) while a run goes on: the
+    # run ends as it would have, journaled. A python tool that then writes to file
+    # descriptor 1 itself (what tools print goes to the server's stderr, now a pipe
+    # nobody reads) failed with BrokenPipeError (found by an attacker).
+    import subprocess
+    import threading
+    import time
+
+    from mcp.client.session import LATEST_HANDSHAKE_VERSION
+
+    (agent_project / "plans" / "later.yaml").write_text(textwrap.dedent("""
+        planrun: 1
+        name: later
+        goal: Wait for the test, then print on every channel
+        steps:
+          - {id: hold, tool: hold}
+          - {id: loud, tool: shout, depends_on: [hold], arguments: {value: after}}
+    """))
+    journal = agent_project.parent / "journal.sqlite3"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planrun", "mcp", "-C", str(agent_project), "--journal",
+         str(journal)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=agent_project.parent)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        for message in (
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "execute_plan", "arguments": {"plan": "later"}}}):
+            proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        pid_file = agent_project / "server.pid"
+        while not pid_file.exists():
+            time.sleep(0.05)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):  # the client is gone
+            stream.close()
+        time.sleep(0.5)
+        (agent_project / "go").write_text("")
+        code = proc.wait(timeout=50)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert code == 0
+    assert _effects(agent_project) == ["hold", "shout after"]
+    done = json.loads(_cli(agent_project, "status", "last", "--json").stdout)
+    assert done["status"] == "completed", done
+    assert [(s["id"], s["status"], s.get("error")) for s in done["steps"]] == [
+        ("hold", "succeeded", None), ("loud", "succeeded", None)]

@@ -132,3 +132,31 @@ def test_stderr_tail_of_a_successful_command_is_kept(tmp_path: Path) -> None:
     verbose = planrun("execute", "w", "-v")
     assert verbose.returncode == 0
     assert "planrun: pack stderr: tar: file changed as we read it" in verbose.stderr
+
+
+def test_a_stderr_nobody_reads_fails_no_python_tool(tmp_path: Path) -> None:
+    # `planrun execute -q 2>&1 | head -0`-like: stderr is a pipe whose reader has gone.
+    # A python tool that writes to file descriptors 1 and 2 itself failed with
+    # BrokenPipeError (planrun's own -q writes never pointed them at /dev/null first);
+    # writing to stderr never changes an outcome (found by an attacker).
+    (tmp_path / "tools.yaml").write_text(
+        "tools:\n  chatty:\n    python: chattools:chatty\n"
+        "    arguments: {type: object, additionalProperties: false}\n")
+    (tmp_path / "chattools.py").write_text(
+        "import os\n\ndef chatty():\n    os.write(1, b'to fd 1\\n')\n"
+        "    os.write(2, b'to fd 2\\n')\n    return 'done'\n")
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / "chat.yaml").write_text(
+        "planrun: 1\ngoal: Write on both descriptors\nsteps:\n  - {id: a, tool: chatty}\n")
+    journal = tmp_path / "journal.sqlite3"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planrun", "execute", "chat", "-q", "-C", str(tmp_path),
+         "--journal", str(journal)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=tmp_path)
+    assert proc.stderr is not None
+    proc.stderr.close()  # the reader is gone before the tool runs
+    assert proc.wait(timeout=60) == 0
+    status = run_planrun("status", "last", "--json", "-C", str(tmp_path), "--journal",
+                         str(journal), cwd=tmp_path)
+    steps = json.loads(status.stdout)["steps"]
+    assert [(s["status"], s.get("error")) for s in steps] == [("succeeded", None)]

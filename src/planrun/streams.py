@@ -159,6 +159,33 @@ def harden() -> None:
         setattr(sys, name, SafeStream(current, fd))
 
 
+def drop_broken() -> None:
+    """Point fd 1 and fd 2 at ``/dev/null`` when what they write to has no reader any more.
+
+    A pipe whose reader has gone (an MCP client that disconnected, ``2>&1 | head -1``
+    after ``head`` exited) makes every write to it fail with ``EPIPE``: a python tool that
+    writes to file descriptor 1 or 2 itself (``os.write``, a C library, a child process
+    it starts) failed with ``BrokenPipeError`` — the run's outcome changed because nobody
+    read stderr (found by an attacker). Called before tools run, as :class:`SafeStream`
+    does on planrun's own first failed write; a regular file, a terminal, ``/dev/null``
+    and a pipe that is still read are left as they are.
+    """
+    import select
+
+    if not hasattr(select, "poll"):
+        return
+    poller = select.poll()
+    for fd in (1, 2):
+        poller.register(fd, select.POLLOUT)
+    try:
+        ready = poller.poll(0)
+    except OSError:
+        return
+    for fd, events in ready:
+        if events & (select.POLLERR | select.POLLHUP) and not events & select.POLLNVAL:
+            _to_devnull(fd)
+
+
 @contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
     """While user code runs, whatever it prints goes to stderr.
@@ -170,6 +197,7 @@ def stdout_to_stderr() -> Iterator[None]:
     """
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
+    drop_broken()
     pipe = signal.getsignal(signal.SIGPIPE) if hasattr(signal, "SIGPIPE") else None
     try:
         saved: int | None = os.dup(1)

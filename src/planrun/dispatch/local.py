@@ -31,6 +31,7 @@ from .. import masking, procs
 from ..journal.backends import shown_location
 from ..redact import Secrets
 from ..registry import ToolSpec
+from ..streams import drop_broken
 from ..tools import (
     PARAM_ENV_PREFIX,
     CallTimeout,
@@ -110,6 +111,7 @@ class LocalDispatcher(Dispatcher):
         tool = self.tools[call.tool]
         if tool.kind != "python":
             return await self._command(tool, call, watch)
+        drop_broken()  # a stderr nobody reads any more (a client gone) fails no tool's write
         if (tool.entry.blocking is False and self.inline and call.timeout is None
                 and on_main_thread() and not inspect.iscoroutinefunction(tool.func)):
             return await self._on_loop(tool, call, watch)
@@ -269,6 +271,7 @@ def _stdout_to_stderr() -> Iterator[None]:
     corrupt it.
     """
     sys.stdout.flush()
+    drop_broken()
     try:
         saved = os.dup(1)
         saved_in = os.dup(0)
