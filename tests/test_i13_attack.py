@@ -132,3 +132,78 @@ def test_plan_out_never_replaces_a_file_that_is_not_a_regular_file(tmp_path: Pat
     assert done.returncode == 2, done.stderr
     assert "error[usage]" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.sqlite
+def test_mcp_run_prefixes_match_only_runs_of_its_own_project(tmp_path: Path) -> None:
+    """A prefix is matched against this project's runs: matched against the whole shared
+    journal, an ambiguous one named the other project's run ids, a unique prefix of this
+    project's run that another project's run also has was refused as ambiguous, and a
+    foreign run answered differently from no run at all (found by an attacker)."""
+    import json
+    import sqlite3
+
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    journal = tmp_path / "shared.sqlite3"
+    env = {**os.environ, "PLANRUN_JOURNAL": str(journal)}
+    ids = {}
+    for name in ("other", "mine"):
+        folder = tmp_path / name
+        folder.mkdir()
+        subprocess.run([*PLANRUN, "init"], cwd=folder, env=env, check=True,
+                       capture_output=True, stdin=subprocess.DEVNULL)
+        (folder / "plans" / "p.yaml").write_text(
+            "planrun: 1\ngoal: g\nsteps:\n  - {id: s1, tool: say, arguments: {text: hi}}\n",
+            encoding="utf-8")
+        done = subprocess.run([*PLANRUN, "execute", "p", "--json"], cwd=folder, env=env,
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        ids[name] = json.loads(done.stdout)["run_id"]
+    # The other project's run gets an id that shares its first 8 characters with mine.
+    foreign = ids["mine"][:8] + "f" * (len(ids["mine"]) - 8)
+    if foreign == ids["mine"]:
+        foreign = ids["mine"][:8] + "e" * (len(ids["mine"]) - 8)
+    with sqlite3.connect(journal) as conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        for table, column in (("runs", "run_id"), ("runs", "root_run_id"), ("steps", "run_id"),
+                              ("items", "run_id"), ("approvals", "run_id"),
+                              ("events", "run_id"), ("idempotency_keys", "run_id"),
+                              ("idempotency_keys", "root_run_id"), ("call_groups", "run_id")):
+            conn.execute(f"UPDATE {table} SET {column} = ? WHERE {column} = ?",
+                         (foreign, ids["other"]))
+    results: dict[str, Any] = {}
+
+    async def main() -> None:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "planrun", "mcp", "-C", str(tmp_path / "mine"), "--journal",
+                  str(journal)], env=env)
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
+            await session.initialize()
+            for key, name, args in (
+                    ("shared", "run_status", {"run": ids["mine"][:8]}),
+                    ("output", "run_output", {"run": ids["mine"][:8], "step": "s1"}),
+                    ("log", "run_log", {"run": ids["mine"][:8]}),
+                    ("foreign", "run_status", {"run": foreign[:12]}),
+                    ("none", "run_status", {"run": "0123456789ab"})):
+                results[key] = await session.call_tool(name, args)
+
+    anyio.run(main)
+
+    def text(key: str) -> str:
+        return " ".join(getattr(c, "text", "") for c in results[key].content)
+
+    for key in ("shared", "output", "log"):
+        assert not results[key].is_error, (key, text(key))
+        assert foreign not in text(key) + json.dumps(results[key].structured_content)
+    assert results["shared"].structured_content["run_id"] == ids["mine"]
+    assert results["output"].structured_content["output"] is not None
+    for key in ("foreign", "none"):
+        assert results[key].is_error
+        assert results[key].structured_content["error"]["code"] == "unknown_run"
+    # a run of another project reads as no run at all: the same words
+    assert text("foreign").replace(foreign[:12], "X") == text("none").replace(
+        "0123456789ab", "X")

@@ -310,21 +310,33 @@ class Session:
         return _failure(_usage(f"plan {plan!r} is outside the project folder; name a plan "
                                "of the project (or give an inline plan as 'text')"))
 
-    def _foreign(self, run: str) -> CallToolResult | None:
-        """A tool error (``unknown_run``) when ``run`` is a run of another project.
+    def _mine(self, run: str) -> str | CallToolResult:
+        """``run`` as this project's full run id (``last`` as it is), or a tool error.
 
         A journal may be shared by projects (the default: one per user); a client reads
-        and resumes this project's runs only, as ``list_runs`` lists them.
+        and resumes this project's runs only, as ``list_runs`` lists them. A prefix is
+        matched against this project's runs alone: matched against the whole journal, an
+        ambiguous one named other projects' run ids, and a unique one told a foreign run
+        from no run (found by an attacker). Another project's run is ``unknown_run``.
         """
-        try:
-            run_id = api.status(self.settings, run)["run_id"]
-            mine = {r.get("run_id") for r in api.runs(self.settings)}
-        except PlanrunError:
-            return None  # the tool itself says what is wrong
-        if run_id in mine:
-            return None
+        if run == "last":
+            return run
         from .errors import RunError
+        from .journal.base import MIN_PREFIX
 
+        try:
+            mine = [str(r.get("run_id")) for r in api.runs(self.settings)]
+        except PlanrunError:
+            return run  # the tool itself says what is wrong
+        if run in mine or len(run) < MIN_PREFIX:
+            return run
+        found = [r for r in mine if r.startswith(run)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            return _failure(RunError(
+                f"run id prefix {run!r} is ambiguous ({', '.join(found[:3])}…); give more "
+                "characters", code="unknown_run"))
         return _failure(RunError(f"no run {run!r} of this project "
                                  f"({self.settings.project})", code="unknown_run",
                                  hint="List this project's runs with list_runs."))
@@ -459,9 +471,10 @@ class Session:
         (``planrun approve RUN``). Result as ``execute_plan``'s; a run still waiting
         for a person stays ``awaiting_approval``.
         """
-        foreign = self._foreign(run)
-        if foreign is not None:
-            return foreign
+        mine = self._mine(run)
+        if not isinstance(mine, str):
+            return mine
+        run = mine
         secrets = self._run_secrets(run, params)
         given = self._given(params)
         try:
@@ -477,9 +490,10 @@ class Session:
 
         Status, counts, and each step with its status, attempts, error.
         """
-        foreign = self._foreign(run)
-        if foreign is not None:
-            return foreign
+        mine = self._mine(run)
+        if not isinstance(mine, str):
+            return mine
+        run = mine
         try:
             m = api.status(self.settings, run)
         except PlanrunError as exc:
@@ -500,9 +514,10 @@ class Session:
 
     def run_log(self, run: RunRef = "last") -> CallToolResult:
         """A run's events in order (``planrun log --json``, without tracebacks)."""
-        foreign = self._foreign(run)
-        if foreign is not None:
-            return foreign
+        mine = self._mine(run)
+        if not isinstance(mine, str):
+            return mine
+        run = mine
         try:
             run_id, events = api.log(self.settings, run)
         except PlanrunError as exc:
@@ -517,9 +532,10 @@ class Session:
     def run_output(self, step: StepRef, run: RunRef = "last", item: Item = None
                    ) -> CallToolResult:
         """One succeeded step's output (``planrun output RUN STEP``): ``{"output"}``."""
-        foreign = self._foreign(run)
-        if foreign is not None:
-            return foreign
+        mine = self._mine(run)
+        if not isinstance(mine, str):
+            return mine
+        run = mine
         try:
             value = api.output(self.settings, run, step, item)
         except PlanrunError as exc:
