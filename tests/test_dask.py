@@ -79,6 +79,12 @@ tools:
       type: object
       properties: {log: {type: string}, until: {type: string}, hold: {type: boolean}}
       required: [log, until, hold]
+  odd:
+    python: dasktools:odd
+    arguments:
+      type: object
+      properties: {log: {type: string}, name: {type: string}}
+      required: [log, name]
   sleeper:
     command: ["sh", "-c", "echo $$ > \\"$0\\"; sleep 60 & sleep 60", "{pidfile}"]
     arguments:
@@ -143,6 +149,21 @@ def gate(log, until, hold):
         _held(log, until)
     _log(log, event="call")
     return {"held": hold}
+
+
+def odd(log, name):
+    _log(log, event="call")
+    if name == "lock":  # cannot be pickled on the worker
+        import threading
+        return {"lock": threading.Lock()}
+    if name == "local":  # pickles on the worker, cannot be read on planrun's host
+        import types
+        module = types.ModuleType("only_on_the_worker")
+        exec("class Thing:\\n    pass", module.__dict__)
+        module.Thing.__module__ = module.__name__
+        sys.modules[module.__name__] = module
+        return {"thing": module.Thing()}
+    return {"name": name}
 
 
 def chatty(log, token):
@@ -521,6 +542,44 @@ def test_a_worker_killed_mid_batch_loses_only_that_batch_and_nothing_runs_twice(
     assert len(set(ran) - set(rerun)) == f["items"]["succeeded"]
 
 
+@pytest.mark.parametrize("odd", ["lock", "local"])
+def test_an_output_that_cannot_cross_fails_its_call_alone_not_its_batch(
+        root: Path, cluster: str, tmp_path: Path, odd: str) -> None:
+    """One call's output that does not pickle (or unpickle on planrun's host) fails only it.
+
+    The other calls of its batch ran: they succeed, and a retry never makes them again
+    (the whole batch was journaled failed, and `retry` ran the non-idempotent calls twice;
+    found by an attacker).
+    """
+    log = tmp_path / "odd.log"
+    names = [f"n{i}" for i in range(20)]
+    names[10] = odd
+    plan(root, f"odd-{odd}", f"""
+      - id: f
+        tool: odd
+        for_each: {json.dumps(names)}
+        max_parallel: 20
+        arguments: {{log: "{log}", name: "{{item}}"}}
+    """)
+    r = planrun(root, "execute", f"odd-{odd}", "--executor", cluster, "--json",
+                "--max-parallel", "20")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    m = manifest(r)
+    tasks = _tasks_of(cluster, m["run_id"], "f")
+    assert any(first <= 10 < first + n and n > 1 for first, n in tasks), tasks  # shared
+    f = steps(m)["f"]
+    assert f["items"] == {"total": 20, "succeeded": 19, "failed": 1}, f
+    err = planrun(root, "status", m["run_id"], "--json")
+    item = [e for e in json.loads(err.stdout)["steps"][0]["item_errors"]]
+    assert [(e["index"], e["code"]) for e in item] == [(10, "output")], item
+    assert "not JSON data" in item[0]["message"]
+    again = planrun(root, "retry", m["run_id"], "--executor", cluster, "--json")
+    assert again.returncode == 1, again.stderr
+    made = sorted(c["item"] for c in calls(log))
+    assert made == sorted([*range(20), 10]), made  # only the odd one was made again
+
+
 def test_a_batch_whose_worker_died_holding_its_outcomes_is_not_run_again(
         root: Path, cluster: str, tmp_path: Path) -> None:
     """Dask reruns a finished task whose result died with its worker: its calls are not."""
@@ -539,7 +598,8 @@ def test_a_batch_whose_worker_died_holding_its_outcomes_is_not_run_again(
         wait_for(lambda: future.status == "finished", "the batch finishing")
         assert len(calls(log)) == 3
         os.kill(calls(log)[0]["pid"], signal.SIGKILL)  # its outcomes die with the worker
-        outcomes, _ = pickle.loads(future.result(timeout=TIMEOUT_S))  # run again by Dask
+        sent, _ = pickle.loads(future.result(timeout=TIMEOUT_S))  # run again by Dask
+    outcomes = [worker.read_outcome(c, one) for c, one in zip(batch, sent, strict=True)]
     assert outcomes == [("lost", None)] * 3
     assert len(calls(log)) == 3  # each call made once, not twice
 

@@ -383,7 +383,8 @@ class DaskDispatcher(Dispatcher):
         for i, p in enumerate(batch.pending):
             self._batches.pop(p.name, None)
             if isinstance(outcomes, list) and i < len(outcomes):
-                _settle(p, outcomes[i])
+                one = outcomes[i]
+                _settle(p, worker.read_outcome(p.call, one) if isinstance(one, bytes) else one)
             else:
                 _settle(p, outcomes)
         for p, took in zip(batch.pending, seconds, strict=False):  # seconds per call
@@ -479,6 +480,9 @@ def _unpack(outcome: Any, secrets: Secrets) -> Any:
             raise CallLost("the call was stopped on its Dask worker (its task was released)")
         if kind == "lost":  # its task ran again: the first outcome died with its worker
             raise CallLost("the Dask worker holding its outcome died before planrun had it")
+        if kind == "broken":  # planrun's own code around the call raised on the worker
+            raise CallLost(f"planrun's code on the Dask worker failed around the call "
+                           f"({secrets.conceal_text(str(outcome[1]))})")
     if isinstance(outcome, CallLost):
         raise outcome
     if type(outcome).__name__ == "KilledWorker":

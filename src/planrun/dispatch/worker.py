@@ -35,6 +35,7 @@ import contextlib
 import contextvars
 import importlib
 import inspect
+import json
 import os
 import pickle
 import sys
@@ -63,7 +64,8 @@ from .base import Call
 #: How a call ended on the worker, as sent back (plain, picklable data):
 #: ``("ok", output, stderr_tail | None)`` | ``("failed", error)`` (a ToolFailure's error)
 #: | ``("timeout", error)`` | ``("cancelled", None)`` (stopped by :func:`stop_calls`)
-#: | ``("lost", None)`` (not made: its task had run before, see :func:`run_batch`).
+#: | ``("lost", None)`` (not made: its task had run before, see :func:`run_batch`)
+#: | ``("broken", text)`` (planrun's code around the call raised: its effect is unknown).
 Outcome = tuple[Any, ...]
 
 #: Set in the environment of workers planrun starts itself (``--executor dask``): their
@@ -243,16 +245,61 @@ def run_batch(project: str, registry: str, payload: bytes) -> bytes:
         payload: ``pickle`` of the list of :class:`~planrun.dispatch.base.Call`.
 
     Returns:
-        ``pickle`` of ``(outcomes, seconds)``: one :data:`Outcome` per call, and the
+        ``pickle`` of ``(outcomes, seconds)``: one :data:`Outcome` per call, each pickled
+        on its own (:func:`outcome_bytes`; read back with :func:`read_outcome`), and the
         seconds each call took here (0 for one not made), by which planrun sizes the
-        batches of the tool.
+        batches of the tool. One call's outcome that cannot cross (an output that does
+        not pickle here, or does not unpickle on planrun's host) fails that call alone:
+        the other calls of the batch ran, and their outcomes must not be lost with it.
     """
     calls = pickle.loads(payload)
     if not _first_run():
-        lost: tuple[list[Outcome], list[float]] = ([("lost", None)] * len(calls),
-                                                   [0.0] * len(calls))
-        return pickle.dumps(lost, protocol=pickle.HIGHEST_PROTOCOL)
-    return pickle.dumps(_run(project, registry, calls), protocol=pickle.HIGHEST_PROTOCOL)
+        outcomes: list[Outcome] = [("lost", None)] * len(calls)
+        seconds = [0.0] * len(calls)
+    else:
+        outcomes, seconds = _run(project, registry, calls)
+    sent = [outcome_bytes(call, outcome)
+            for call, outcome in zip(calls, outcomes, strict=True)]
+    return pickle.dumps((sent, seconds), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def outcome_bytes(call: Call, outcome: Outcome) -> bytes:
+    """One call's :data:`Outcome` as a pickle of its own.
+
+    An output that cannot be pickled (a lock, a generator) is the call's ``output``
+    failure, with the words the local dispatcher's check gives a value that is not JSON
+    data.
+    """
+    try:
+        return pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # PicklingError, TypeError, RecursionError, …
+        why = f"{type(exc).__name__}: {exc}"
+        if outcome[:1] == ("ok",):
+            try:
+                json.dumps(outcome[1])
+            except (TypeError, ValueError) as bad:
+                why = str(bad)
+            error = {"code": "output", "message": f"tool {call.tool!r} returned a value "
+                     f"that is not JSON data: {why}"[:2000]}
+        else:
+            error = {"code": "tool_error", "message": "the Dask worker could not send the "
+                     f"call's outcome back ({why})"[:2000]}
+        return pickle.dumps(("failed", error), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def read_outcome(call: Call, data: bytes) -> Outcome:
+    """On planrun's host: one call's outcome from :func:`outcome_bytes`.
+
+    One that cannot be read here (an output of a class only the worker can import) is
+    the call's ``output`` failure.
+    """
+    try:
+        outcome: Outcome = pickle.loads(data)
+    except Exception as exc:  # ModuleNotFoundError, AttributeError, UnpicklingError, …
+        return ("failed", {"code": "output", "message": f"tool {call.tool!r} returned a "
+                           "value that is not JSON data (planrun cannot read it: "
+                           f"{type(exc).__name__}: {exc})"[:2000]})
+    return outcome
 
 
 def _first_run() -> bool:
@@ -329,12 +376,15 @@ def _run(project: str, registry: str, calls: list[Call]
                 continue
             started = time.perf_counter()
             tool = tools.get(call.tool)
-            if tool is not None and tool.kind == "python" \
-                    and not inspect.iscoroutinefunction(tool.func):
-                outcomes.append(_one_sync(tool, call, gone))  # no event loop
-            else:
-                runner = runner or asyncio.Runner()
-                outcomes.append(runner.run(_one(root, tools, call, gone)))
+            try:
+                if tool is not None and tool.kind == "python" \
+                        and not inspect.iscoroutinefunction(tool.func):
+                    outcomes.append(_one_sync(tool, call, gone))  # no event loop
+                else:
+                    runner = runner or asyncio.Runner()
+                    outcomes.append(runner.run(_one(root, tools, call, gone)))
+            except Exception as exc:  # a bug around the call: the calls before it ran
+                outcomes.append(("broken", f"{type(exc).__name__}: {exc}"[:500]))
             seconds.append(time.perf_counter() - started)
     finally:
         if runner is not None:
