@@ -10,6 +10,7 @@ happened wrote one fsync'd line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -714,6 +715,80 @@ def test_a_command_of_a_killed_planrun_does_not_run_on_on_the_worker(
     r = planrun(root, "resume", "--executor", cluster)
     assert r.returncode == 5, r.stderr
     assert "error[indeterminate]" in r.stderr  # left running by a crash, not idempotent
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def own_scheduler(root: Path, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A scheduler (and one worker) of this test alone, as processes it may kill."""
+    port = _free_port()
+    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    procs = []
+    with (tmp_path / "cluster.log").open("wb") as log:
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+             "--port", str(port), "--no-dashboard"], cwd=root, env=env, stdout=log,
+            stderr=log, stdin=subprocess.DEVNULL, start_new_session=True))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", f"tcp://127.0.0.1:{port}",
+             "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard",
+             "--death-timeout", "120"], cwd=root, env=env, stdout=log, stderr=log,
+            stdin=subprocess.DEVNULL, start_new_session=True))
+    address = f"tcp://127.0.0.1:{port}"
+    try:
+        with distributed.Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=30)
+        yield f"dask:{address}", procs[0]
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_scheduler_that_dies_mid_run_ends_the_run_it_does_not_hang(
+        root: Path, tmp_path: Path, own_scheduler: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    """The call under way is call_lost; calls ready after it are not sent (they failed).
+
+    A call submitted while the client was reconnecting waited for ever once the client
+    gave up (the run hung, holding its lease; found by an attacker).
+    """
+    address, scheduler = own_scheduler
+    log, until = tmp_path / "dies.log", tmp_path / "never"
+    plan(root, "dies", f"""
+      - {{id: a, tool: hold, arguments: {{log: "{log}", until: "{until}"}}}}
+      - {{id: c, tool: rec, arguments: {{log: "{log}", name: c}}}}
+      - {{id: d, tool: rec, arguments: {{log: "{log}", name: d}}}}
+    """)
+    proc = start(root, tmp_path, "execute", "dies", "--executor", address, "--json",
+                 "--keep-going", "--max-parallel", "1")
+    wait_for(lambda: entries(log), "the first call starting")
+    os.killpg(scheduler.pid, signal.SIGKILL)
+    scheduler.wait()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError("planrun hung after its Dask scheduler died") from None
+    r = finish(proc, tmp_path)
+    assert r.returncode == 1, r.stderr
+    m = manifest(r)
+    by = steps(m)
+    assert by["a"]["status"] == "indeterminate", by["a"]
+    assert by["a"]["error"]["code"] == "call_lost"
+    for sid in ("c", "d"):
+        assert by[sid]["status"] == "failed", by[sid]
+        assert "the call was not sent" in by[sid]["error"]["message"]
+    assert calls(log) == []  # c and d never ran anywhere
 
 
 # --- choosing the executor ----------------------------------------------------------------

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import pickle
 import time
@@ -75,6 +76,9 @@ BACKSTOP_S = KILL_GRACE_S + 10.0
 #: ``distributed.comm.timeouts.connect``, set in the environment as
 #: ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT``, wins when given).
 CONNECT_TIMEOUT_S = 10.0
+#: Seconds between two looks, while calls are under way, at whether the client still has
+#: its scheduler (a client that gave up reconnecting leaves its futures pending forever).
+CLIENT_WATCH_S = 1.0
 _CONNECT_ENV = "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"
 
 
@@ -126,6 +130,7 @@ class DaskDispatcher(Dispatcher):
         self._by_key: dict[str, _Batch] = {}  # Dask key → batch
         self._stops: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watching: asyncio.TimerHandle | None = None  # _watch_client, while armed
 
     # --- the cluster ----------------------------------------------------------------------
 
@@ -147,6 +152,7 @@ class DaskDispatcher(Dispatcher):
             raise UsageError("--executor dask needs Dask's distributed scheduler, which is "
                              "not installed", hint="pip install 'planrun[dask]'") from None
         distributed: Any = _distributed  # untyped: its calls are checked by the tests
+        _one_line_logs()
         shown = self.address or "a local cluster"
         timeout: Any = (dask.config.get("distributed.comm.timeouts.connect")
                         if os.environ.get(_CONNECT_ENV) else f"{CONNECT_TIMEOUT_S}s")
@@ -206,6 +212,9 @@ class DaskDispatcher(Dispatcher):
 
     def close(self) -> None:
         """Disconnect (and stop the local cluster). Idempotent; never raises."""
+        if self._watching is not None:
+            self._watching.cancel()
+            self._watching = None
         client, cluster, self._client, self._cluster = self._client, self._cluster, None, None
         for thing in (client, cluster):
             if thing is not None:
@@ -331,6 +340,16 @@ class DaskDispatcher(Dispatcher):
     def _submit(self, part: list[_Pending]) -> None:
         batch = _Batch(part)
         client = self._client
+        status = getattr(client, "status", "closed")
+        if status != "running":
+            # The scheduler is gone (the client reconnects, or gave up): a task submitted
+            # now would wait in the client for ever. The call was not sent: it failed.
+            for p in part:
+                _settle(p, ("failed", {
+                    "code": "tool_error", "message": "the Dask scheduler at "
+                    f"{self.address or 'the local cluster'} is not connected (the client is "
+                    f"{status}); the call was not sent"}))
+            return
         try:
             payload = pickle.dumps([p.call for p in part], protocol=pickle.HIGHEST_PROTOCOL)
             batch.future = client.submit(
@@ -353,6 +372,26 @@ class DaskDispatcher(Dispatcher):
             if budget is not None and loop is not None:
                 p.timer = loop.call_later(budget, self._give_up, p)
         client.loop.add_callback(self._fetch, batch.future)
+        if self._watching is None and loop is not None:
+            self._watching = loop.call_later(CLIENT_WATCH_S, self._watch_client)
+
+    def _watch_client(self) -> None:
+        """While tasks are under way: end them as lost once the client lost its scheduler.
+
+        A client whose scheduler died cancels the tasks it had, then tries to reconnect;
+        when it gives up it closes without settling the tasks submitted meanwhile, whose
+        fetch would wait for ever (the run hung; found by an attacker).
+        """
+        self._watching = None
+        if not self._by_key or self._loop is None:
+            return
+        client = self._client
+        status = getattr(client, "status", "closed")
+        if status in ("running", "connecting", "newly-created"):
+            self._watching = self._loop.call_later(CLIENT_WATCH_S, self._watch_client)
+            return
+        for key in list(self._by_key):
+            self._deliver(key, CallLost(f"the Dask client lost its scheduler (it is {status})"))
 
     async def _fetch(self, future: Any) -> None:
         """On the client's loop: wait for a batch's task, fetch its outcomes, hand them over.
@@ -435,6 +474,35 @@ class DaskDispatcher(Dispatcher):
         if names and client is not None:
             with contextlib.suppress(Exception):
                 client.run(worker.stop_calls, names, on_error="ignore")
+
+
+class _OneLine(logging.Filter):
+    """What Dask logs in planrun's process, as one line: no traceback reaches a user.
+
+    A scheduler that dies makes the client log its reconnection errors with their
+    tracebacks on planrun's stderr (found by an attacker); planrun says itself what
+    became of the calls.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info or record.exc_text or record.stack_info:
+            exc = record.exc_info[1] if record.exc_info else None
+            text = record.getMessage().strip()
+            if exc is not None:
+                text = f"{text} {type(exc).__name__}: {exc}".strip()
+            record.msg, record.args = " ".join(text.split())[:300], ()
+            record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
+def _one_line_logs() -> None:
+    """Every handler Dask's logging set up in this process gets :class:`_OneLine`."""
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+               if name.split(".")[0] in ("distributed", "tornado", "asyncio")]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if not any(isinstance(f, _OneLine) for f in handler.filters):
+                handler.addFilter(_OneLine())
 
 
 def _hidden() -> list[str]:
