@@ -147,8 +147,10 @@ def test_no_message_about_a_run_shows_the_urls_password(cli: CliProject,
                     "  - {id: a, tool: once, arguments: {label: a}}\n")
 
     def spellings(url: str) -> list[str]:
+        # libpq decodes a parameter's name too: pass%77ord= is a password (found by an
+        # attacker: shown in clear)
         return [url.replace("postgresql:///", f"postgresql://postgres:{secret}@/"),
-                f"{url}&password={secret}"]
+                f"{url}&password={secret}", f"{url}&pass%77ord={secret}"]
 
     used, empty = pg_cluster.database("used"), pg_cluster.database("empty")
     assert cli.run("execute", "one", "--journal", spellings(used)[0]).returncode == 0
@@ -162,7 +164,7 @@ def test_no_message_about_a_run_shows_the_urls_password(cli: CliProject,
                     assert r.returncode == 5, r  # unknown_run / run_not_resumable
                     assert secret not in r.stdout + r.stderr, r
                     seen += 1
-    assert seen == 2 * (2 * (len(UNKNOWN_RUN) + len(NO_RUN_YET)) - 4)
+    assert seen == 3 * (2 * (len(UNKNOWN_RUN) + len(NO_RUN_YET)) - 4)
 
 
 def _sql(url: str, statement: str) -> None:
@@ -246,12 +248,22 @@ def test_processes_setting_up_one_new_database_at_once(pg_url: str) -> None:
 # --- passwords and tools ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("spelling", ["postgres:pa55word@", "?password=pa55word",
+                                      "?pass%77ord=pa55word"],
+                         ids=["user-part", "parameter", "encoded-name"])  # not in the env
 def test_tools_never_get_the_journals_password(cli: CliProject, pg_cluster: Any,
-                                                         monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
-    """Neither in the URL nor as PGPASSWORD (the cluster trusts local users: unused)."""
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               spelling: str) -> None:
+    """Neither in the URL nor as PGPASSWORD (the cluster trusts local users: unused).
+
+    A URL whose password parameter has a percent-encoded name (libpq decodes it) was
+    given to tools whole (found by an attacker).
+    """
     name = pg_cluster.database("pw").split("///")[1].split("?")[0]
-    url = f"postgresql://postgres:pa55word@/{name}?host={pg_cluster.sock}"
+    if spelling.endswith("@"):
+        url = f"postgresql://{spelling}/{name}?host={pg_cluster.sock}"
+    else:
+        url = f"postgresql://postgres@/{name}?host={pg_cluster.sock}&{spelling[1:]}"
     monkeypatch.setenv("PLANRUN_JOURNAL", url)
     monkeypatch.setenv("PGPASSWORD", "pgpa55word")
     cli.journal = url

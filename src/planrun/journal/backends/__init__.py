@@ -35,11 +35,11 @@ SQLite (:mod:`.sqlite`) for a file path (or ``sqlite://PATH``); PostgreSQL
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+from urllib.parse import unquote
 
 from ...errors import JournalError
 
@@ -123,7 +123,9 @@ class JournalBackend(Protocol):
 def shown_location(location: str | Path) -> str:
     """A journal location for messages: a URL's password is never shown.
 
-    Neither in its user part (``user:***@host``) nor as a ``password=`` parameter.
+    Neither in its user part (``user:***@host``) nor as a ``password=`` parameter, also
+    one whose name is percent-encoded (``pass%77ord=``: libpq decodes parameter names,
+    found by an attacker).
     """
     text = str(location)
     scheme, sep, rest = text.partition("://")
@@ -134,7 +136,9 @@ def shown_location(location: str | Path) -> str:
     if at and ":" in auth:
         auth = auth.split(":", 1)[0] + ":***"
     if q:
-        query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", query)
+        pairs = [pair.partition("=") for pair in query.split("&")]
+        query = "&".join(f"{key}{eq}***" if eq and unquote(key) == "password"
+                         else f"{key}{eq}{value}" for key, eq, value in pairs)
     return f"{scheme}://{auth}{at}{host}{q}{query}"
 
 
