@@ -27,7 +27,7 @@ import pytest
 from harness import asset
 from planrun.errors import JournalError
 from planrun.journal import SCHEMA_VERSION, Journal, NewRun, now
-from planrun_cli import TIMEOUT_S, CliProject, Result
+from planrun_cli import PLANRUN, TIMEOUT_S, CliProject, Result
 
 TOOLS = asset("registries/record.yaml") + asset("registries/waiting.yaml")
 
@@ -395,6 +395,54 @@ def test_a_process_that_cannot_renew_its_lease_gives_the_run_up_before_it_runs_o
     _wait_for(lambda: (cli.probe().lease(run_id) is None
                        or cli.probe().lease(run_id).expired), "the lease to run out")
     done = cli.run("resume", run_id, "--json")
+    assert done.returncode == 0, done
+    assert cli.counts() == {"a": 1, "w": 1, "z": 1}
+
+
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                              capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def test_a_holder_in_another_pid_namespace_of_this_host_keeps_its_lease(
+        cli: CliProject, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container sharing the host's name (host network) is not this host's pid space.
+
+    Its planrun's pid (1 there) was looked up here, found dead (or another process), and
+    its live lease taken over at once: the holder was stopped mid-step, and the resume
+    ran the idempotent step again beside the call still running (found by an attacker).
+    """
+    if not _unshare_works():
+        pytest.skip("unshare --pid --fork --mount-proc is not available (needs root)")
+    monkeypatch.setenv("PLANRUN_JOURNAL", pg_url)
+    cli.journal = pg_url
+    cli.tools(TOOLS)
+    cli.plan("hold", HOLD)
+    out, err = (cli.root.parent / "ns.out").open("wb"), (cli.root.parent / "ns.err").open("wb")
+    with out, err:
+        holder = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", *PLANRUN, "execute", "hold",
+             "--json"], cwd=cli.root, env=cli.env(), stdin=subprocess.DEVNULL, stdout=out,
+            stderr=err, start_new_session=True)
+    holder.out_path = Path(out.name)  # type: ignore[attr-defined]
+    holder.err_path = Path(err.name)  # type: ignore[attr-defined]
+    cli.procs.append(holder)
+    cli.wait_started("w", holder)
+    (run_id,) = cli.probe().run_ids()
+    lease = cli.probe().lease(run_id)
+    assert lease is not None
+    r = cli.run("resume", run_id, "--json")
+    assert r.returncode == 5, r
+    assert r.error_code == "run_busy", r
+    assert "Traceback" not in r.stderr
+    after = cli.probe().lease(run_id)
+    assert after is not None
+    assert (after.owner, after.epoch) == (lease.owner, lease.epoch)  # not taken over
+    cli.touch("go")
+    done = cli.finish(holder)
     assert done.returncode == 0, done
     assert cli.counts() == {"a": 1, "w": 1, "z": 1}
 

@@ -36,12 +36,43 @@ from typing import Any
 _PROC = Path("/proc")
 
 
+#: The pid namespace of a Linux machine's own processes (the kernel's PROC_PID_INIT_INO).
+_INIT_PID_NS = "pid:[4026531836]"
+
+
 def boot_id() -> str | None:
-    """This machine's boot id (Linux), or None where there is none to read."""
+    """This machine's boot id (Linux), or None where there is none to read.
+
+    In a pid namespace that is not the machine's own (a container's), the namespace
+    follows it (``BOOT pid:[INODE]``): a pid recorded there is not a pid of a process
+    outside it, though the host name (the container shares the host's network) and the
+    boot are the same (found by an attacker: a live holder's lease was taken over).
+    """
     try:
-        return (_PROC / "sys/kernel/random/boot_id").read_text().strip() or None
+        boot = (_PROC / "sys/kernel/random/boot_id").read_text().strip() or None
     except OSError:
         return None
+    try:
+        space = os.readlink(_PROC / "self/ns/pid")
+    except OSError:
+        space = _INIT_PID_NS
+    return boot if boot is None or space == _INIT_PID_NS else f"{boot} {space}"
+
+
+def same_pids(recorded: str | None) -> bool | None:
+    """Whether pids recorded with ``recorded`` (a :func:`boot_id`) name this process's pids.
+
+    Returns:
+        True: the same boot and pid namespace (or nothing recorded to tell); False: the
+        machine restarted since (nothing of that boot runs); None: another pid namespace
+        of this machine (another container), whose processes cannot be checked from here.
+    """
+    now = boot_id()
+    if not recorded or not now or recorded == now:
+        return True
+    if recorded.split(" ", 1)[0] != now.split(" ", 1)[0]:
+        return False
+    return None
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
@@ -112,8 +143,8 @@ def group_alive(group: Group) -> bool | None:
     """Whether anything of a recorded process group still runs.
 
     Returns:
-        True / False for a group on this host; None for a group on another host, which
-        cannot be checked from here.
+        True / False for a group on this host; None for a group on another host (or in
+        another pid namespace of this one), which cannot be checked from here.
 
     A number is only reused for a new group once every process of the old group is gone,
     so: the leader alive with the recorded start time → alive; a live process with that
@@ -122,9 +153,9 @@ def group_alive(group: Group) -> bool | None:
     """
     if group.host != host_name():
         return None
-    now_boot = boot_id()
-    if group.boot_id and now_boot and group.boot_id != now_boot:
-        return False  # the machine restarted since: nothing of it runs
+    same = same_pids(group.boot_id)
+    if same is not True:
+        return same  # False: the machine restarted since; None: another pid namespace
     if not _PROC.is_dir():  # pragma: no cover - not Linux: the group id is all there is
         try:
             os.killpg(group.pgid, 0)

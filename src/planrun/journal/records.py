@@ -91,16 +91,17 @@ def holder_alive(owner: str, boot_id: str | None = None,
 
     True/False when the holder is on this host (its pid is checked, and with ``boot_id``
     and ``start_ticks`` from the lease, that it is still the same process); None when it is
-    on another host and cannot be checked from here.
+    on another host, or in another pid namespace of this one (a container sharing the
+    host's name), and cannot be checked from here.
     """
     pid = _owner_pid(owner)
     if pid is None:
         return None
+    same = procs.same_pids(boot_id)
+    if same is not True:
+        return same  # False: the machine restarted since; None: another pid namespace
     if pid == os.getpid():
         return True
-    now_boot = procs.boot_id()
-    if boot_id and now_boot and boot_id != now_boot:
-        return False  # the machine restarted since the lease was taken
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -152,7 +153,7 @@ class Lease:
 
     def held_by_this_process(self) -> bool:
         """Whether this process is the holder."""
-        return _owner_pid(self.owner) == os.getpid()
+        return _owner_pid(self.owner) == os.getpid() and procs.same_pids(self.boot_id) is True
 
 
 def driven(lease: Lease | None) -> bool:
