@@ -860,6 +860,67 @@ def test_a_scheduler_that_cannot_be_reached_is_one_message_and_nothing_runs(
     assert json.loads(runs.stdout) == []  # nothing was journaled
 
 
+@pytest.fixture
+def impostor() -> Iterator[tuple[str, list[bytes]]]:
+    """A TCP port that takes connections and says what the test puts in the list (or
+    nothing at all); never a Dask scheduler."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    say: list[bytes] = []
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)
+            for data in say:
+                conn.sendall(data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"dask:tcp://127.0.0.1:{server.getsockname()[1]}", say
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+@pytest.mark.parametrize("answer", [b"", b"\xff" * 64 + b"\r\n"], ids=["silent", "foreign"])
+def test_a_peer_that_is_no_scheduler_is_one_message_in_bounded_time(
+        root: Path, tmp_path: Path, impostor: tuple[str, list[bytes]], answer: bytes) -> None:
+    """A port that never answers made planrun wait for ever; one that answers something
+    else failed with 'MemoryError: no answer', then stalled 20 s and printed the half-made
+    client's traceback (found by an attacker)."""
+    address, say = impostor
+    if answer:
+        say.append(answer)
+    log = tmp_path / "none.log"
+    plan(root, "impostor", f"  - {{id: a, tool: rec, arguments: {{log: \"{log}\"}}}}\n")
+    started = time.monotonic()
+    r = planrun(root, "execute", "impostor", "--executor", address, timeout=60,
+                env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
+    took = time.monotonic() - started
+    assert r.returncode == 5, r.stderr
+    assert r.stderr.count("error[executor_unavailable]") == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "MemoryError" not in r.stderr
+    assert took < (35 if not answer else 15), took
+    assert not log.exists()
+    assert json.loads(planrun(root, "runs", "--json").stdout) == []  # nothing journaled
+
+
 def test_a_scheduler_that_retries_lost_tasks_is_refused(root: Path) -> None:
     with dask.config.set({"distributed.scheduler.allowed-failures": 3}):
         lc = distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp://",

@@ -45,10 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import logging
 import os
 import pickle
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -79,6 +82,9 @@ CONNECT_TIMEOUT_S = 10.0
 #: Seconds between two looks, while calls are under way, at whether the client still has
 #: its scheduler (a client that gave up reconnecting leaves its futures pending forever).
 CLIENT_WATCH_S = 1.0
+#: Seconds planrun waits for a scheduler past its connect timeout and the wait for a
+#: worker, before it gives it up (:meth:`DaskDispatcher._connect`).
+CONNECT_MARGIN_S = 10.0
 _CONNECT_ENV = "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"
 
 
@@ -166,20 +172,65 @@ class DaskDispatcher(Dispatcher):
                         protocol="tcp://",
                         env={worker.OWNED_ENV: "1", worker.HIDE_ENV: ",".join(_hidden())})
                     self._client = distributed.Client(self._cluster, timeout=timeout)
+                    self._check()
                 else:
-                    self._client = distributed.Client(self.address, timeout=timeout,
-                                                      set_as_default=False)
-            self._check()
+                    self._connect(distributed, timeout)
         except PlanrunError:
             self.close()
             raise
         except Exception as exc:  # OSError, TimeoutError, CommClosedError, …
             self.close()
             raise ExecutorUnavailable(
-                f"cannot use the Dask scheduler at {shown}: {type(exc).__name__}: "
-                f"{str(exc)[:300] or 'no answer'}; nothing ran",
+                f"cannot use the Dask scheduler at {shown}: {_why(exc)}; nothing ran",
                 hint="Check that the scheduler runs and is reachable from here "
                 "(dask scheduler --host ...), or run with --executor local.") from None
+
+    def _connect(self, distributed: Any, timeout: Any) -> None:
+        """Connect to the scheduler at ``address`` and check it, in a thread of its own.
+
+        Waited for no longer than the connect timeout, plus the wait for a worker and
+        :data:`CONNECT_MARGIN_S`: a peer that takes the connection and never answers (a
+        hung scheduler, another service) kept Dask's own connect waiting for ever, and
+        one that answers with something else than Dask's protocol made it fail with a
+        ``MemoryError`` and then stall 20 s in the half-made client's ``__del__``,
+        printing a traceback (found by an attacker). What is left in that thread is
+        dropped: the process ends with ``executor_unavailable``.
+
+        Raises:
+            ExecutorUnavailable: as :meth:`_check`, or no answer in time (exit 5).
+            _Unusable: the connection failed (its reason, as text only).
+        """
+        from dask.utils import parse_timedelta
+
+        limit = float(parse_timedelta(timeout, "s") or CONNECT_TIMEOUT_S) + \
+            CONNECT_TIMEOUT_S + CONNECT_MARGIN_S
+        ended: list[BaseException | None] = []
+        done = threading.Event()
+
+        def connect() -> None:
+            try:
+                self._client = distributed.Client(self.address, timeout=timeout,
+                                                  set_as_default=False)
+                self._check()
+            except PlanrunError as exc:
+                ended.append(exc)
+            except Exception as exc:  # the reason only: no traceback, no half-made client
+                ended.append(_Unusable(_why(exc)))
+                done.set()  # before the half-made client is dropped (its __del__ stalls)
+            else:
+                ended.append(None)
+            done.set()
+            if ended[0] is not None:
+                # The half-made client is collected here, in this thread, not by the
+                # interpreter's exit on the main thread (a 20 s stall in its __del__).
+                gc.collect()
+
+        _quiet_client_del()
+        threading.Thread(target=connect, name="planrun-dask-connect", daemon=True).start()
+        if not done.wait(limit):
+            raise _Unusable(f"no answer in {limit:g} s")
+        if ended[0] is not None:
+            raise ended[0]
 
     def _check(self) -> None:
         """Refuse what cannot keep planrun's rules; count the workers' threads.
@@ -476,6 +527,38 @@ class DaskDispatcher(Dispatcher):
                 client.run(worker.stop_calls, names, on_error="ignore")
 
 
+class _Unusable(Exception):
+    """The scheduler could not be used (the reason, as text: no Dask object is kept)."""
+
+
+def _why(exc: BaseException) -> str:
+    """Why connecting failed, in one phrase."""
+    if isinstance(exc, _Unusable):
+        return str(exc)
+    if isinstance(exc, MemoryError):  # Dask read a frame length out of a foreign answer
+        return "it did not answer as a Dask scheduler (is that address a Dask scheduler?)"
+    return f"{type(exc).__name__}: {str(exc)[:300] or 'no answer'}"
+
+
+def _quiet_client_del() -> None:
+    """A client that failed to connect says nothing when it is collected.
+
+    Dask's ``Client.__del__`` closes it and, when that times out, Python prints the
+    exception as unraisable, with its traceback; planrun has already said why.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "planrun_dask", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        if getattr(unraisable.object, "__qualname__", "") == "Client.__del__":
+            return
+        previous(unraisable)
+
+    hook.planrun_dask = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
 class _OneLine(logging.Filter):
     """What Dask logs in planrun's process, as one line: no traceback reaches a user.
 
@@ -511,8 +594,6 @@ def _hidden() -> list[str]:
     ``PLANRUN_JOURNAL`` when it is a URL with a password; ``PGPASSWORD`` while this
     process journals to PostgreSQL. Workers planrun starts inherit its environment.
     """
-    import sys
-
     from ..journal.backends import shown_location
 
     names = []
