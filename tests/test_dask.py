@@ -80,6 +80,12 @@ tools:
       type: object
       properties: {log: {type: string}, until: {type: string}, hold: {type: boolean}}
       required: [log, until, hold]
+  peek:
+    python: dasktools:peek
+    arguments:
+      type: object
+      properties: {log: {type: string}, word: {type: string}}
+      required: [log, word]
   odd:
     python: dasktools:odd
     arguments:
@@ -150,6 +156,12 @@ def gate(log, until, hold):
         _held(log, until)
     _log(log, event="call")
     return {"held": hold}
+
+
+def peek(log, word):
+    from planrun.dispatch import worker
+    _log(log, event="call", held=sorted(worker._SECRETS.get().values))  # the call's secrets
+    return {"n": len(word)}
 
 
 def odd(log, name):
@@ -372,6 +384,24 @@ def test_secrets_are_masked_in_errors_and_in_what_tools_print(
     with sqlite3.connect(journal) as conn:
         dumped = "\n".join(conn.iterdump())
     assert secret not in dumped
+
+
+def test_a_call_sent_to_a_worker_carries_only_the_secrets_it_was_given(
+        root: Path, cluster: str, tmp_path: Path) -> None:
+    """Every call carried every secret of the run to the cluster (found by an attacker)."""
+    log = tmp_path / "peek.log"
+    plan(root, "peek", f"""
+      - {{id: a, tool: peek, arguments: {{log: "{log}", word: "--key={{params.token}}"}}}}
+      - {{id: b, tool: peek, arguments: {{log: "{log}", word: "plain"}}}}
+      - {{id: c, tool: peek, arguments: {{log: "{log}", word: "pin {{params.pin}}"}}}}
+      - {{id: d, tool: peek, arguments: {{log: "{log}", word: "{{params.db}}"}}}}
+    """, extra="params:\n  token: {type: string, secret: true}\n"
+               "  pin: {type: integer, secret: true}\n  db: {type: string, secret: true}\n")
+    r = planrun(root, "execute", "peek", "-p", "token=tok-3141-secret", "-p", "pin=271828",
+                "-p", "db=db-pw-1618", "--executor", cluster, "--json")
+    assert r.returncode == 0, r.stderr
+    held = {c["step"]: c["held"] for c in calls(log)}
+    assert held == {"a": ["token"], "b": [], "c": ["pin"], "d": ["db"]}, held
 
 
 def test_planrun_starts_its_own_cluster_from_planrun_toml(tmp_path: Path) -> None:

@@ -230,6 +230,7 @@ class Secrets:
             *map(re.escape, (f for f in forms if len(f) >= KEY_SECRET_CHARS)),
             "[\ufdd0-\ufdd2]"]))
         self._longest = max(map(len, forms), default=0)
+        self._within: dict[frozenset[str], Secrets] = {}  # within(): by the names kept
 
     def __bool__(self) -> bool:
         return bool(self._tokens or self._numbers)
@@ -278,6 +279,31 @@ class Secrets:
                         "float" if isinstance(value, float) else "int")
                     return reference(name, form, ptr)
         return value
+
+    def within(self, value: Any) -> Secrets:
+        """Only the secrets ``value`` holds somewhere (a call's arguments), by parameter.
+
+        What a call sent to another host may carry: a secret the call was not given is
+        no business of that host's (SPEC §12; found by an attacker: every call sent to a
+        Dask worker carried every secret of the run). A number, or text in any spelling
+        that masking finds, counts; a leaf found by chance (a short secret inside longer
+        text) keeps its secret, never the other way round.
+        """
+        if not self.values:
+            return self
+        blob = "\n".join((json.dumps(value, ensure_ascii=False, default=str),
+                          json.dumps(value, default=str), repr(value)))
+        names = frozenset(
+            name for name, secret in self.values.items()
+            if any(spelt in blob for _ptr, leaf in leaves(secret)
+                   for spelt in (_spellings(leaf).values() if isinstance(leaf, str) and leaf
+                                 else [json.dumps(leaf)] if _is_number(leaf) else [])))
+        if len(names) == len(self.values):
+            return self
+        found = self._within.get(names)
+        if found is None:
+            found = self._within[names] = Secrets({n: self.values[n] for n in names})
+        return found
 
     @classmethod
     def of_plan(cls, plan: Any) -> Secrets:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import itertools
 import logging
@@ -402,7 +403,10 @@ class DaskDispatcher(Dispatcher):
                     f"{status}); the call was not sent"}))
             return
         try:
-            payload = pickle.dumps([p.call for p in part], protocol=pickle.HIGHEST_PROTOCOL)
+            # a call carries the secrets it was given, not the run's others (SPEC §12)
+            payload = pickle.dumps(
+                [dataclasses.replace(p.call, secrets=p.call.secrets.within(p.call.arguments))
+                 for p in part], protocol=pickle.HIGHEST_PROTOCOL)
             batch.future = client.submit(
                 worker.run_batch, str(self.project), str(self.registry), payload,
                 pure=False, retries=0,
