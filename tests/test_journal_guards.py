@@ -471,6 +471,49 @@ def test_one_key_of_a_live_run_among_keys_of_the_holders_own_run_is_refused(
     journal._refuse_live_claim(journal.conn, [KEY], RUN, idempotent=False)  # its own
 
 
+def test_a_live_lease_of_another_machine_with_this_host_name_is_not_taken_over(
+        journal: Journal, path: Path) -> None:
+    """Another boot id under this host name, renewed since this machine booted: a cloned
+    machine of the same name holds it (its pid means nothing here), not this machine
+    before a restart. It is refused as on another host until it expires; before, it was
+    taken as a holder that died in a restart and taken over at once (found by an
+    attacker). A planning session held so is not settled as dead either."""
+    holder = f"{HOST}:{_dead_pid()}:clone000"
+    _sql(path, "UPDATE runs SET lease_owner = ?, lease_expires = ?, lease_boot = ? "
+         "WHERE run_id = ?", holder, time.time() + 30, "boot-of-the-clone", RUN)
+    before = _state(path)
+    with pytest.raises(RunError) as caught:
+        journal.take_lease(RUN, f"{HOST}:{os.getpid()}:takeover")
+    assert caught.value.code == "run_busy"
+    assert "on another host" in str(caught.value)
+    assert _state(path) == before
+    _sql(path, "UPDATE runs SET status = 'planning' WHERE run_id = ?", RUN)
+    assert journal.settle_dead_planning() == []
+    # expired: taken over, as any lease of another host
+    _sql(path, "UPDATE runs SET status = 'running', lease_expires = ? WHERE run_id = ?",
+         time.time() - 1, RUN)
+    journal.take_lease(RUN, f"{HOST}:{os.getpid()}:takeover")
+
+
+def test_a_live_lease_of_this_machine_before_a_restart_is_taken_over(
+        journal: Journal, path: Path) -> None:
+    """Another boot id, the lease last renewed before this machine booted: its holder
+    died in the restart (dead, not "another host"); its lease is taken."""
+    from planrun import procs
+
+    booted = procs.booted_at()
+    assert booted is not None
+    holder = f"{HOST}:{_dead_pid()}:rebooted"
+    # renewed (its expiry less the lease's 30 s) a minute before the boot
+    _sql(path, "UPDATE runs SET lease_owner = ?, lease_expires = ?, lease_boot = ? "
+         "WHERE run_id = ?", holder, booted - 30, "an-earlier-boot", RUN)
+    lease = journal.lease(RUN)
+    assert lease is not None
+    assert lease.expired  # a machine up longer than a lease: its leases all ran out
+    assert lease.holder_alive() is False
+    journal.take_lease(RUN, f"{HOST}:{os.getpid()}:takeover")
+
+
 def test_a_key_claimed_by_the_same_run_is_not_refused(journal: Journal, path: Path) -> None:
     """Resume re-dispatches an idempotent step under the key it claimed itself."""
     journal.take_lease(RUN, f"{HOST}:{os.getpid()}:mineмine")

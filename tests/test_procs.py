@@ -430,6 +430,14 @@ def test_group_alive_tells_a_recorded_group_from_a_later_one() -> None:
                                              group.start_ticks)) is False
         assert procs.group_alive(procs.Group(leader.pid, "elsewhere.invalid", boot,
                                              group.start_ticks)) is None
+        # another boot, journaled before this machine booted: its earlier boot, dead; one
+        # journaled since: another machine with this host name, which cannot be told
+        booted = procs.booted_at()
+        assert booted is not None
+        assert procs.group_alive(procs.Group(leader.pid, here, "another-boot",
+                                             group.start_ticks, booted - 60)) is False
+        assert procs.group_alive(procs.Group(leader.pid, here, "another-boot",
+                                             group.start_ticks, time.time() - 1)) is None
     finally:
         leader.kill()
         leader.wait()

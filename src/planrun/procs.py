@@ -59,19 +59,36 @@ def boot_id() -> str | None:
     return boot if boot is None or space == _INIT_PID_NS else f"{boot} {space}"
 
 
-def same_pids(recorded: str | None) -> bool | None:
+def booted_at() -> float | None:
+    """When this machine booted, in seconds since the epoch (Linux ``/proc/uptime``)."""
+    import time
+
+    try:
+        return time.time() - float((_PROC / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def same_pids(recorded: str | None, since: float | None = None) -> bool | None:
     """Whether pids recorded with ``recorded`` (a :func:`boot_id`) name this process's pids.
+
+    ``since``: when the record was last written (seconds since the epoch), if known. A
+    record of another boot written after this machine booted is not of this machine's
+    earlier boot: it comes from another machine with the same host name (a cloned VM),
+    whose processes cannot be checked from here (found by an attacker: such a holder's
+    live lease was taken as of a machine that restarted, and taken over at once).
 
     Returns:
         True: the same boot and pid namespace (or nothing recorded to tell); False: the
         machine restarted since (nothing of that boot runs); None: another pid namespace
-        of this machine (another container), whose processes cannot be checked from here.
+        of this machine (another container), or another machine of the same name.
     """
     now = boot_id()
     if not recorded or not now or recorded == now:
         return True
     if recorded.split(" ", 1)[0] != now.split(" ", 1)[0]:
-        return False
+        booted = booted_at() if since is not None else None
+        return None if booted is not None and since is not None and since > booted else False
     return None
 
 
@@ -114,12 +131,16 @@ class Group:
         start_ticks: the leader's start time in clock ticks since boot (Linux
             ``/proc/PID/stat`` field 22), or None; with ``boot_id`` it tells a recorded
             group from a later one that got the same number.
+        recorded_at: when it was journaled (seconds since the epoch), when read back: a
+            group of another boot journaled after this machine booted is another
+            machine's (:func:`same_pids`).
     """
 
     pgid: int
     host: str
     boot_id: str | None
     start_ticks: int | None
+    recorded_at: float | None = None
 
 
 def exited(pid: int) -> bool:
@@ -153,9 +174,9 @@ def group_alive(group: Group) -> bool | None:
     """
     if group.host != host_name():
         return None
-    same = same_pids(group.boot_id)
+    same = same_pids(group.boot_id, group.recorded_at)
     if same is not True:
-        return same  # False: the machine restarted since; None: another pid namespace
+        return same  # False: the machine restarted since; None: another pid space or host
     if not _PROC.is_dir():  # pragma: no cover - not Linux: the group id is all there is
         try:
             os.killpg(group.pgid, 0)

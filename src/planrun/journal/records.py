@@ -86,20 +86,22 @@ def holder_identity(owner: str) -> tuple[str | None, int | None]:
 
 
 def holder_alive(owner: str, boot_id: str | None = None,
-                 start_ticks: int | None = None) -> bool | None:
+                 start_ticks: int | None = None, since: float | None = None) -> bool | None:
     """Whether the process holding a lease is alive.
 
     True/False when the holder is on this host (its pid is checked, and with ``boot_id``
     and ``start_ticks`` from the lease, that it is still the same process); None when it is
-    on another host, or in another pid namespace of this one (a container sharing the
-    host's name), and cannot be checked from here.
+    on another host, in another pid namespace of this one (a container sharing the host's
+    name), or on another machine of the same name (``since``, when the lease was last
+    taken or renewed, is after this machine booted: :func:`planrun.procs.same_pids`), and
+    cannot be checked from here.
     """
     pid = _owner_pid(owner)
     if pid is None:
         return None
-    same = procs.same_pids(boot_id)
+    same = procs.same_pids(boot_id, since)
     if same is not True:
-        return same  # False: the machine restarted since; None: another pid namespace
+        return same  # False: the machine restarted since; None: another pid space or host
     if pid == os.getpid():
         return True
     try:
@@ -145,7 +147,15 @@ class Lease:
 
     def holder_alive(self) -> bool | None:
         """:func:`holder_alive` of this lease's holder (None: another host)."""
-        return holder_alive(self.owner, self.boot_id, self.start_ticks)
+        return holder_alive(self.owner, self.boot_id, self.start_ticks, self.renewed_at())
+
+    def renewed_at(self) -> float | None:
+        """When the lease was last taken or renewed (database clock), if it can be told."""
+        if self.until is None:
+            return None
+        from .base import lease_ttl  # records is imported by base
+
+        return self.until - lease_ttl()
 
     def driven(self) -> bool:
         """Unexpired and its holder not known dead: a process drives the run."""
