@@ -94,8 +94,8 @@ _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_
 class Driver:
     """Runs submitted calls one at a time on the thread that calls :meth:`serve`.
 
-    A request handler awaits :meth:`call` (its wait in a worker thread); the main thread
-    runs the call (signal handlers of a run's scheduler need the main thread).
+    The server's worker threads :meth:`submit` a call and wait for its result; the main
+    thread runs it (signal handlers of a run's scheduler need the main thread).
     """
 
     def __init__(self) -> None:
@@ -105,23 +105,11 @@ class Driver:
         #: process must then end without waiting for them.
         self.abandoned = 0
 
-    async def call(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` on the serving thread; its return value (or its exception raised).
-
-        A call waiting behind another run when its request is cancelled is dropped. One
-        under way goes on to its end (docs/agents.md: a run is stopped by a person's signal,
-        not by a client); its answer is dropped. Before, a queued call cancelled by its
-        client started later all the same (found by an attacker).
-        """
-        import anyio
-
+    def submit(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the serving thread; its return value (or its exception raised)."""
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._jobs.put((fn, done))
-        try:
-            return await anyio.to_thread.run_sync(done.result, abandon_on_cancel=True)
-        except anyio.get_cancelled_exc_class():
-            done.cancel()  # False once it runs: then the run goes on
-            raise
+        return done.result()
 
     def serve(self, until: threading.Thread) -> None:
         """Run submitted calls until ``until`` has ended and none is left."""
@@ -452,9 +440,9 @@ class Session:
         return _result(data, f"order: {', '.join(data['order'])}; needs approval: "
                        f"{', '.join(data['approvals']) or 'nothing'}", secrets=secrets)
 
-    async def execute_plan(self, plan: PlanRef, params: Params = None,
-                           keep_going: KeepGoing = False, max_parallel: MaxParallel = None
-                           ) -> CallToolResult:
+    def execute_plan(self, plan: PlanRef, params: Params = None, keep_going: KeepGoing = False,
+                     max_parallel: MaxParallel = None
+                     ) -> CallToolResult:
         """Run a plan of the project, journaled like any run; blocks until the run ends.
 
         Never clears a step: a step that needs a person (no grant clears it) leaves the
@@ -468,7 +456,7 @@ class Session:
         secrets = self._secrets(params, self._document(plan, None))
         given = self._given(params)
         try:
-            outcome = await self.driver.call(lambda: api.execute(
+            outcome = self.driver.submit(lambda: api.execute(
                 self.settings, plan, given, max_parallel=max_parallel,
                 keep_going=keep_going, **_DEFERRED))
         except PlanrunError as exc:
@@ -476,7 +464,7 @@ class Session:
         self.driver.abandoned += outcome.abandoned_calls
         return _outcome(outcome, secrets)
 
-    async def resume_run(self, run: RunRef, params: Params = None) -> CallToolResult:
+    def resume_run(self, run: RunRef, params: Params = None) -> CallToolResult:
         """Continue a run without repeating finished steps; never clears a step.
 
         For a run ``interrupted``, or ``awaiting_approval`` once a person approved it
@@ -490,7 +478,7 @@ class Session:
         secrets = self._run_secrets(run, params)
         given = self._given(params)
         try:
-            outcome = await self.driver.call(lambda: api.resume(
+            outcome = self.driver.submit(lambda: api.resume(
                 self.settings, run, given, **_DEFERRED))
         except PlanrunError as exc:
             return _failure(exc, secrets)
@@ -683,8 +671,7 @@ def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
     session = Session(settings, driver)
     write = ToolAnnotations(read_only_hint=False, destructive_hint=True,
                             idempotent_hint=False, open_world_hint=True)
-    tools: list[tuple[Callable[..., CallToolResult | Awaitable[CallToolResult]],
-                      ToolAnnotations]] = [
+    tools: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
         (session.list_tools, _READ), (session.list_plans, _READ),
         (session.validate_plan, _READ), (session.show_plan, _READ), (session.dry_run, _READ),
         (session.execute_plan, write), (session.resume_run, write),
