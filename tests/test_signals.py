@@ -9,15 +9,18 @@ effects log before it blocks.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
 import sqlite3
+import subprocess
 import time
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from harness import move_run_back
+from harness import move_run_back, planrun_command
 from planrun.executor import GRACE_S
 from planrun_cli import CliProject, wait_dead
 
@@ -242,7 +245,7 @@ def test_a_second_sigint_cancels_at_once(proj: CliProject, kind: str) -> None:
     assert steps[step]["error"]["code"] == "interrupted"
     assert steps["z"]["status"] == "pending"
     # what to do next is to settle that call: resume alone would stop on it (exit 5)
-    assert m["next"] == f"planrun resolve {run_id} {step} --succeeded|--failed", m
+    assert m["next"] == f"planrun resolve {run_id} {step}", m
     # Its effect is unknown and the tool is not idempotent: resume asks a person.
     r = proj.run("resume", run_id, "--json")
     assert r.returncode == 5, r
@@ -276,7 +279,7 @@ def test_next_names_the_item_or_the_crashed_call_resume_would_stop_on(
     """)
     run_id = _cancel_twice(proj, "fan", "f#0")
     m = proj.run("status", run_id, "--json").json
-    assert m["next"] == f"planrun resolve {run_id} f --item 0 --succeeded|--failed", m
+    assert m["next"] == f"planrun resolve {run_id} f --item 0", m
     refused = proj.run("resume", run_id, "--json")
     assert refused.returncode == 5, refused
     assert "--item 0" in refused.stderr, refused
@@ -287,7 +290,7 @@ def test_next_names_the_item_or_the_crashed_call_resume_would_stop_on(
     proj.kill_group(p)
     p.wait()
     m = proj.run("status", crashed, "--json").json
-    assert m["next"] == f"planrun resolve {crashed} w --succeeded|--failed", m
+    assert m["next"] == f"planrun resolve {crashed} w", m
 
 
 def test_a_cancelled_call_of_an_idempotent_tool_leaves_resume_next(proj: CliProject) -> None:
@@ -398,3 +401,42 @@ def test_journal_status_of_a_healthy_journal_still_reads(proj: CliProject) -> No
     runs = proj.run("runs", "--journal", str(good), "--json")
     assert runs.returncode == 0, runs
     assert [x["run_id"] for x in json.loads(runs.stdout)] == [r.json["run_id"]]
+
+
+def test_the_resolve_a_run_names_next_decides_nothing_and_tells_the_choice(
+        tmp_path: Path) -> None:
+    """``next`` of a run with a step of unknown effect is ``planrun resolve RUN STEP``:
+    run as it is, it records nothing (exit 2) and prints both commands. It was
+    ``… --succeeded|--failed``, which a shell ran as ``--succeeded`` piped into a
+    ``--failed`` that is no command: the step was recorded as succeeded (found by a fresh
+    operator)."""
+    from harness import run_planrun
+
+    root = tmp_path / "p"
+    (root / "plans").mkdir(parents=True)
+    (root / "tools.yaml").write_text(
+        "tools:\n  nap:\n    command: [sleep, '{s}']\n    timeout: 0.5\n"
+        "    arguments: {type: object, properties: {s: {type: string}}, required: [s], "
+        "additionalProperties: false}\n")
+    (root / "plans" / "nap.yaml").write_text(
+        "planrun: 1\ngoal: a call cut short\nsteps:\n"
+        "  - {id: n, tool: nap, arguments: {s: '30'}}\n")
+    env = dict(os.environ, PLANRUN_JOURNAL=str(tmp_path / "j.sqlite3"))
+    r = run_planrun("execute", "nap", "--json", cwd=root, env=env)
+    m = json.loads(r.stdout)
+    assert m["steps"][0]["status"] == "indeterminate", m
+    run_id = m["run_id"]
+    assert m["next"] == f"planrun resolve {run_id} n", m
+    # what an operator does at 3 a.m.: paste the hint into a shell
+    pasted = subprocess.run(["sh", "-c", m["next"].replace("planrun", " ".join(
+        shlex.quote(a) for a in planrun_command()), 1)], cwd=root, env=env,
+        capture_output=True, text=True, timeout=60)
+    assert pasted.returncode == 2, pasted
+    assert (f"planrun resolve {run_id} n --succeeded [--output JSON] if its effect happened, "
+            f"or planrun resolve {run_id} n --failed [--reason TEXT] if it did not"
+            ) in pasted.stderr
+    after = json.loads(run_planrun("status", run_id, "--json", cwd=root, env=env).stdout)
+    assert after["steps"][0]["status"] == "indeterminate"  # nothing recorded
+    both = run_planrun("resolve", run_id, "n", "--succeeded", "--failed", cwd=root, env=env)
+    assert both.returncode == 2
+    assert "give only one of --succeeded or --failed" in both.stderr

@@ -129,7 +129,7 @@ def _after_failure(journal: Journal, run_id: str, steps: list[dict[str, Any]]) -
     # is not idempotent (of a fan-out: each such item, --item N)
     blocked = _blocked(journal, run_id, journal.run(run_id).contracts, steps)
     if blocked:
-        return f"planrun resolve {run_id} {blocked} --succeeded|--failed"
+        return f"planrun resolve {run_id} {blocked}"  # it tells the choice (no pipe to paste)
     return f"planrun retry {run_id}"
 
 
@@ -202,7 +202,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         nxt = f"planrun log {run_id} --follow"
     elif resumable:
         blocked = _blocked(journal, run_id, run.contracts, steps)
-        nxt = (f"planrun resolve {run_id} {blocked} --succeeded|--failed" if blocked
+        nxt = (f"planrun resolve {run_id} {blocked}" if blocked
                else f"planrun resume {run_id}")
     elif status == "failed" or (status == "completed" and by_status.get("partial")):
         nxt = _after_failure(journal, run_id, steps)

@@ -266,9 +266,20 @@ def resolve(
     from .. import api, ui
     from ..errors import UsageError
 
-    if succeeded == failed:
-        fail(UsageError("give exactly one of --succeeded or --failed"), verbose)
+    if succeeded and failed:
+        fail(UsageError("give only one of --succeeded or --failed"), verbose)
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
+    if not succeeded and not failed:
+        def choose() -> None:
+            from ..errors import PlanrunError
+
+            try:  # the run's whole id in the commands shown, when it is there
+                full = str(api.status(settings, run)["run_id"])
+            except PlanrunError:
+                full = run
+            raise _choice(full, step, item)
+
+        guard(choose, verbose, as_json)
     m = guard(lambda: api.resolve(settings, run, step, succeeded=succeeded,
                                   output=output_json, reason=reason, item=item),
               verbose, as_json)
@@ -311,3 +322,22 @@ def retry(
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json, executor=executor)
     _finish(result, as_json, no_color, quiet)
+
+
+def _choice(run_id: str, step: str, item: int | None) -> Exception:
+    """``resolve`` with no decision (what a run's ``next`` names): the two choices, exit 2.
+
+    It decides nothing. A ``next`` of ``… --succeeded|--failed`` pasted into a shell
+    ran ``--succeeded`` piped into a ``--failed`` that is no command: the step was
+    recorded as succeeded (found by a fresh operator).
+    """
+    from ..errors import UsageError
+
+    what = f"step {step}" if item is None else f"item {item} of step {step}"
+    where = step if item is None else f"{step} --item {item}"
+    return UsageError(
+        f"say what became of {what} of run {run_id}: resolve records a person's word on a "
+        "call whose effect planrun cannot know",
+        hint=f"Check (planrun status {run_id}; planrun log {run_id}), then: planrun resolve "
+        f"{run_id} {where} --succeeded [--output JSON] if its effect happened, or planrun "
+        f"resolve {run_id} {where} --failed [--reason TEXT] if it did not.")
