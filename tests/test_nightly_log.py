@@ -279,3 +279,20 @@ def test_schema_descriptions_are_for_users(tmp_path: Path) -> None:
         assert found, kind
         leaks = [d for d in found if re.search(r"SPEC|issue \d|:(mod|class|func):", d)]
         assert not leaks, leaks
+
+
+@pytest.mark.parametrize("given", [["-p", "kep=5"], ["-p", "kep=5", "-p", "other=1"]])
+def test_a_refused_plan_says_why_on_stderr_when_stdout_has_the_json(
+        tmp_path: Path, given: list[str]) -> None:
+    """``execute --json`` of a refused plan: the report is the JSON on stdout, so the one
+    line on stderr (what a cron job keeps apart) carries the first error and how many
+    more; it said "plan 'failing' was refused" alone (found by a fresh operator)."""
+    app = failing_project(tmp_path)
+    res = run(app, "execute", "failing", *given, "--json")
+    assert res.returncode == 3, res
+    assert json.loads(res.stdout)["ok"] is False
+    (line,) = res.stderr.splitlines()
+    more = " (and 1 more)" if len(given) > 2 else ""
+    assert line == ("planrun: error[param_unknown]: plan 'failing' was refused: "
+                    "plans/failing.yaml: parameter 'kep' is not declared by this plan. "
+                    f"Declared: none{more}"), line

@@ -68,6 +68,7 @@ def guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> 
             if as_json:
                 print_json({"ok": False, "error": {"code": exc.code, "message": exc.message},
                             **exc.report.to_json()})
+                exc = _with_reason(exc, exc.report.all_issues())
             else:
                 print_report(exc.report, "text", stream=sys.stderr)
         print_error(exc, verbose)
@@ -81,3 +82,22 @@ def guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> 
                 error["run_id"] = exc.run_id
             print_json({"ok": False, "error": error})
         fail(exc, verbose)
+
+
+def _with_reason(exc: Any, issues: list[Any]) -> Any:
+    """``exc`` with its first error (and how many more) in its one line on stderr.
+
+    With ``--json`` the report goes to stdout only: a cron job that keeps stderr apart had
+    "plan 'nightly' was refused" and no reason (found by a fresh operator).
+    """
+    import copy
+
+    errors = [i for i in issues if i.severity == "error"]
+    if not errors:
+        return exc
+    first = errors[0]
+    at = f"{first.file}: " if first.file else ""
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    shown = copy.copy(exc)
+    shown.message = f"{exc.message}: {at}{first.message}{more}"
+    return shown
