@@ -8,10 +8,13 @@ in another subprocess, on the same journal.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +204,38 @@ def _cli(root: Path, *args: str) -> Any:
 
 async def _call(session: ClientSession, name: str, **arguments: Any) -> Any:
     return await session.call_tool(name, arguments)
+
+
+@contextlib.contextmanager
+def _raw_server(root: Path, plan: str) -> Iterator[subprocess.Popen[str]]:
+    """``planrun mcp`` on pipes, no SDK client: initialized, asked to execute ``plan``.
+
+    Killed at the end (and by a watchdog after 60 s).
+    """
+    from mcp.client.session import LATEST_HANDSHAKE_VERSION
+
+    journal = root.parent / "journal.sqlite3"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planrun", "mcp", "-C", str(root), "--journal",
+         str(journal)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=root.parent)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdin is not None
+        for message in (
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "execute_plan", "arguments": {"plan": plan}}}):
+            proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+        yield proc
+    finally:
+        watchdog.cancel()
+        proc.kill()
 
 
 # --- the catalog and the tools' schemas ----------------------------------------------------
@@ -489,30 +524,9 @@ def test_stdout_carries_only_protocol_messages_and_the_server_exits_with_its_cli
     # The raw wire, no SDK client: every line on the server's stdout is a JSON-RPC message
     # while a tool prints on every channel it can, and the server exits by itself (status
     # 0, no thread left waiting) once its client closes stdin.
-    import subprocess
-    import threading
-
-    from mcp.client.session import LATEST_HANDSHAKE_VERSION
-
-    journal = agent_project.parent / "journal.sqlite3"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "planrun", "mcp", "-C", str(agent_project), "--journal",
-         str(journal)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, cwd=agent_project.parent)
-    watchdog = threading.Timer(60, proc.kill)
-    watchdog.start()
-    try:
+    with _raw_server(agent_project, "hello") as proc:
         assert proc.stdin is not None
         assert proc.stdout is not None
-        for message in (
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "1"}}},
-                {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                    "name": "execute_plan", "arguments": {"plan": "hello"}}}):
-            proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
         lines = []
         while True:
             line = proc.stdout.readline()
@@ -524,9 +538,6 @@ def test_stdout_carries_only_protocol_messages_and_the_server_exits_with_its_cli
         rest = proc.stdout.read()
         err = proc.stderr.read() if proc.stderr else ""
         code = proc.wait()
-    finally:
-        watchdog.cancel()
-        proc.kill()
     messages = [json.loads(line) for line in [*lines, *rest.splitlines()] if line.strip()]
     assert all(m.get("jsonrpc") == "2.0" for m in messages), messages
     answer = next(m for m in messages if m.get("id") == 2)
@@ -654,11 +665,7 @@ def test_a_client_that_leaves_mid_run_changes_no_outcome(agent_project: Path) ->
     # run ends as it would have, journaled. A python tool that then writes to file
     # descriptor 1 itself (what tools print goes to the server's stderr, now a pipe
     # nobody reads) failed with BrokenPipeError (found by an attacker).
-    import subprocess
-    import threading
     import time
-
-    from mcp.client.session import LATEST_HANDSHAKE_VERSION
 
     (agent_project / "plans" / "later.yaml").write_text(textwrap.dedent("""
         planrun: 1
@@ -668,26 +675,10 @@ def test_a_client_that_leaves_mid_run_changes_no_outcome(agent_project: Path) ->
           - {id: hold, tool: hold}
           - {id: loud, tool: shout, depends_on: [hold], arguments: {value: after}}
     """))
-    journal = agent_project.parent / "journal.sqlite3"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "planrun", "mcp", "-C", str(agent_project), "--journal",
-         str(journal)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, cwd=agent_project.parent)
-    watchdog = threading.Timer(60, proc.kill)
-    watchdog.start()
-    try:
+    with _raw_server(agent_project, "later") as proc:
         assert proc.stdin is not None
         assert proc.stdout is not None
         assert proc.stderr is not None
-        for message in (
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "1"}}},
-                {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                    "name": "execute_plan", "arguments": {"plan": "later"}}}):
-            proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
         assert json.loads(proc.stdout.readline())["id"] == 1
         pid_file = agent_project / "server.pid"
         while not pid_file.exists():
@@ -697,9 +688,6 @@ def test_a_client_that_leaves_mid_run_changes_no_outcome(agent_project: Path) ->
         time.sleep(0.5)
         (agent_project / "go").write_text("")
         code = proc.wait(timeout=50)
-    finally:
-        watchdog.cancel()
-        proc.kill()
     assert code == 0
     assert _effects(agent_project) == ["hold", "shout after"]
     done = json.loads(_cli(agent_project, "status", "last", "--json").stdout)
