@@ -146,6 +146,7 @@ def test_a_journal_that_cannot_be_written_mid_run_names_the_run_and_the_way_on(
     assert error["code"] == "journal"
     assert error["message"].startswith(f"run {run_id} stopped: cannot write the journal")
     assert f"planrun resume {run_id}" in error["hint"], error
+    assert "else resume names it for `planrun resolve` first" in error["hint"], error
     assert "--journal" not in error["hint"], error  # another journal would orphan the run
     assert f"planrun resume {run_id}" in cut.stderr
 

@@ -122,12 +122,17 @@ def journal_stopped(exc: JournalError, run_id: str) -> JournalError:
     The journal keeps what was committed, so the run waits (``running``, nobody driving
     it) for ``planrun resume RUN`` once its journal can be written again; a message that
     named no run (and offered another journal) sent an operator whose journal's disk
-    filled up mid-run the wrong way (found by a fresh operator).
+    filled up mid-run the wrong way (found by a fresh operator). A call under way then may
+    have ended unjournaled: the hint says that resume settles it, or names it for
+    ``resolve`` (the log said a step succeeded, resume then stopped on it; found by a
+    fresh operator).
     """
     if exc.run_id is not None:
         return exc  # said already (a nested guard)
     hint = (exc.hint + " " if exc.hint else "") + (
-        f"Run {run_id} keeps what was committed: `planrun resume {run_id}` continues it.")
+        f"Run {run_id} keeps what was committed: `planrun resume {run_id}` continues it "
+        "(a call whose end could not be journaled is made again if its tool is idempotent; "
+        "else resume names it for `planrun resolve` first).")
     stopped = JournalError(f"run {run_id} stopped: {exc.message}", code=exc.code,
                            hint=hint, details=exc.details, run_id=run_id)
     stopped.abandoned_calls = getattr(exc, "abandoned_calls", 0)  # type: ignore[attr-defined]
