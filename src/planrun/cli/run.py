@@ -312,7 +312,11 @@ def retry(
     quiet: QuietOpt = False,
     no_color: NoColorOpt = False,
 ) -> None:
-    """Start a child run of a failed run: inherit succeeded steps, re-run the rest."""
+    """Start a child run of a failed run: inherit succeeded steps, re-run the rest.
+
+    The child keeps the parent's parameters and journaled plan; a new parameter value
+    needs a new run (planrun execute).
+    """
     from .. import api
 
     result = _drive(lambda settings, given, approver, progress: api.retry(
