@@ -56,8 +56,9 @@ def prune_runs(
     kept = result["kept_unfinished"]
     if kept:
         ui.out(f"kept {len(kept)} unfinished run(s) ({', '.join(kept[:3])}"
-               + (", …" if len(kept) > 3 else "") + "): resume, approve or resolve them, or "
-               "name their status with --status to delete them")
+               + (", …" if len(kept) > 3 else "") + "): each may still go on (planrun "
+               "status RUN says what next: one may be running now), or name their status "
+               "with --status to delete them")
 
 
 def forget(
