@@ -297,3 +297,30 @@ def test_a_refused_plan_says_why_on_stderr_when_stdout_has_the_json(
     assert line == ("planrun: error[param_unknown]: plan 'failing' was refused: "
                     "plans/failing.yaml: parameter 'kep' is not declared by this plan. "
                     f"Declared: none{more}"), line
+
+
+def test_a_second_run_of_a_plan_a_live_process_drives_says_so(tmp_path: Path) -> None:
+    """Two cron nights that overlap: the second ``execute`` of a plan whose first run is
+    still going notes that run on stderr (each run does all its steps: before, the log
+    gave no sign that everything was done twice; found by a fresh operator). A run left
+    by a dead process is no such note. It is a note only: the run goes on."""
+    app = ops_project(tmp_path / "app")
+    gate = tmp_path / "gate"
+    first = start_waiting_run(app, gate)
+    try:
+        live = json.loads(run(app, "runs", "--json").stdout)[0]["run_id"]
+        (tmp_path / "open").write_text("")  # the second run's wait ends at once
+        res = run(app, "execute", "wait", "-p", f"path={tmp_path / 'open'}", "--json")
+    finally:
+        gate.write_text("")
+        first.communicate(timeout=60)
+    assert res.returncode == 0, res
+    notes = [line for line in res.stderr.splitlines() if line.startswith("planrun: note:")]
+    assert len(notes) == 1, res.stderr
+    assert notes[0].startswith(
+        f"planrun: note: run {live} of this plan is running now too ("), notes
+    # a run nobody drives (its process killed) is not noted
+    killed_waiting_run(app, tmp_path / "gate2")
+    again = run(app, "execute", "wait", "-p", f"path={tmp_path / 'open'}", "--json")
+    assert again.returncode == 0, again
+    assert "planrun: note:" not in again.stderr, again.stderr

@@ -195,6 +195,30 @@ def _announce(progress: Any, run_id: str, plan: CheckedPlan, begun: str) -> None
                              "revision": plan.revision, "begun": begun, "at": now()})
 
 
+def _note_overlap(journal: Journal, progress: Any, run_id: str, plan: CheckedPlan,
+                  settings: Settings) -> None:
+    """Send the display an ``overlap`` event per other live run of this plan.
+
+    One per run of this plan in this project that a live process drives now:
+    ``{run_id, owner}``. Each ``execute`` is a run of its own and does all its steps, so
+    two nights of a cron job that overlap did every step twice, the irreversible ones
+    too, and the log gave no sign of it (found by a fresh operator). A note, not a
+    refusal: two runs of one plan can be meant (other parameters). A failing look is no
+    note, never part of the run.
+    """
+    from .checking import project_key
+    from .journal.records import driven
+
+    with contextlib.suppress(Exception):
+        for other in journal.list_runs(plan=plan.name, status="running",
+                                       project=project_key(settings), limit=20):
+            if other["run_id"] == run_id:
+                continue
+            lease = journal.run(other["run_id"]).lease
+            if lease is not None and driven(lease):
+                progress("overlap", "", {"run_id": other["run_id"], "owner": lease.owner})
+
+
 def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: str,
           root_run_id: str, owner: str, max_parallel: int, keep_going: bool,
           state: dict[str, Any] | None = None, progress: Any = None,
@@ -235,6 +259,8 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
                         approve_all=approve_all)
     if progress is not None:
         _announce(progress, run_id, plan, begun or ("started" if fresh else "resumed"))
+        if fresh:
+            _note_overlap(journal, progress, run_id, plan, settings)
     try:
         status = executor.run()
     except Exception as exc:
