@@ -504,11 +504,20 @@ def test_status_and_runs_say_when_nobody_drives_a_running_run(tmp_path: Path) ->
 
 
 def test_no_runs_names_the_journal_it_looked_in(tmp_path: Path) -> None:
+    """An empty journal and no journal at all read differently: a mistyped path (a cron
+    job's PLANRUN_JOURNAL) read as an empty history (found by a fresh operator)."""
     app = ops_project(tmp_path / "app")
     elsewhere = tmp_path / "nosuchdir" / "j.sqlite3"
     res = run(app, "runs", env={**os.environ, "PLANRUN_JOURNAL": str(elsewhere)})
     assert res.returncode == 0, res
-    assert f"no runs in {app.resolve()} in the journal {elsewhere}" in res.stdout
+    assert res.stdout.strip() == (f"no runs: there is no journal at {elsewhere} (execute "
+                                  "creates it; is it the journal you meant?)"), res.stdout
+    assert not elsewhere.parent.exists()  # a read creates nothing
+    empty = tmp_path / "empty.sqlite3"
+    env = {**os.environ, "PLANRUN_JOURNAL": str(empty)}
+    assert run(app, "execute", "hello", env=env).returncode in (0, 4)
+    res = run(app, "runs", "--plan", "wait", env=env)
+    assert f"no runs in {app.resolve()} in the journal {empty}" in res.stdout
 
 
 def test_a_killed_run_whose_process_is_not_reaped_is_not_held(tmp_path: Path) -> None:

@@ -64,10 +64,14 @@ def runs(
     if as_json:
         ui.print_json(rows)
     else:
-        from ..journal.backends import shown_location
+        from pathlib import Path
 
+        from ..journal.backends import shown_location
+        from ..paths import probe
+
+        missing = isinstance(settings.journal, Path) and not probe(settings.journal)
         ui.print_runs(rows, here=api.project_key(settings) if not all_projects else None,
-                      journal=shown_location(settings.journal))
+                      journal=shown_location(settings.journal), missing=missing)
 
 
 def _without_tracebacks(event: dict[str, Any]) -> dict[str, Any]:

@@ -348,14 +348,20 @@ def print_json_line(value: Any) -> None:
 
 
 def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None,
-               journal: str | None = None) -> None:
+               journal: str | None = None, missing: bool = False) -> None:
     """Run summaries, one line each (newest first), each with its project folder.
 
     ``here``: the project the list was filtered to (said once, in a heading), or None
     when every project's runs are listed. ``journal``: where they were looked for, said
-    when there are none (a cron job's ``PLANRUN_JOURNAL`` may not be the shell's).
+    when there are none (a cron job's ``PLANRUN_JOURNAL`` may not be the shell's);
+    ``missing``: no journal file is there at all, said so (a mistyped path read as an
+    empty history; found by a fresh operator).
     """
     if not rows:
+        if missing and journal:
+            out(f"no runs: there is no journal at {journal} (execute creates it; is it the "
+                "journal you meant?)")
+            return
         out("no runs" + (f" in {here}" if here else "")
             + (f" in the journal {journal}" if journal else "")
             + (" (planrun runs --all: every project's)" if here else ""))
