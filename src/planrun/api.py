@@ -34,7 +34,7 @@ from .checking import (
 from .errors import InternalError, Refused
 from .issues import Issue, Report
 from .outcome import RunOutcome
-from .paths import Settings, load_settings, probe, shown_path
+from .paths import Settings, load_settings, present, probe, shown_path
 from .reading import (
     follow,
     forget,
@@ -645,6 +645,6 @@ def _no_plans(folder: Path) -> str:
     shown = shown_path(folder)
     if probe(folder, "is_dir"):
         return f"no plans in {shown}"
-    if probe(folder, "is_symlink") or probe(folder):
+    if present(folder):
         return f"the plans folder {shown} is not a folder"
     return f"no plans folder {shown}"

@@ -319,9 +319,9 @@ def load_seed(path: Path, shown: str) -> Document:
         DocumentError: ``not_found``, ``syntax``, ``duplicate_key`` or ``too_large``
             issues, located in the file.
     """
-    from .paths import probe
+    from .paths import present
 
-    if not probe(path, "is_symlink") and not probe(path):  # else: load_file says what it is
+    if not present(path):  # else: load_file says what it is (a FIFO, a folder …)
         raise DocumentError([Issue(code="not_found", file=shown, path="",
                                    message=f"no seed file {shown}: give the path of an "
                                    "execution-plan JSON file")])

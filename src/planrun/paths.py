@@ -92,8 +92,12 @@ def probe(path: Path, test: str = "exists") -> bool:
         return False
 
 
-def _present(path: Path) -> bool:
-    """Whether anything is at ``path``: a file of any kind, a folder, a dangling symlink."""
+def present(path: Path) -> bool:
+    """Whether anything is at ``path``: a file of any kind, a folder, a dangling symlink.
+
+    What a user's path names even when it cannot be read (:func:`probe` says no for a
+    dangling symlink): such a thing is reported for what it is, never passed over.
+    """
     return probe(path, "is_symlink") or probe(path)
 
 
@@ -141,7 +145,7 @@ def find_config(start: Path) -> Path | None:
     """
     for folder in (start, *start.parents):
         candidate = folder / CONFIG_NAME
-        if _present(candidate):
+        if present(candidate):
             return candidate
     return None
 
@@ -262,7 +266,7 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
             raise UsageError(f"project folder {str(explicit)!r} does not exist",
                              hint="Give -C/--project an existing folder.")
         config_file: Path | None = folder / CONFIG_NAME
-        if config_file is not None and not _present(config_file):
+        if config_file is not None and not present(config_file):
             config_file = None
     else:
         config_file = find_config(here)

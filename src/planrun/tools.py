@@ -445,7 +445,7 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
             raise CallTimeout({"code": "timeout",
                                "message": f"command ran past its timeout of {timeout} s "
                                "and was killed"}) from None
-        except _Past as past:
+        except StreamPastBound as past:
             await terminate(proc)
             what = "its output" if past.stream == "stdout" and output else \
                 f"a stream of which only the last {STDERR_TAIL_BYTES:,} characters are kept"
@@ -467,12 +467,26 @@ async def call_command(tool: ToolSpec, arguments: dict[str, Any], ctx: StepConte
     return _command_output(tool, argv[0], out, secrets)
 
 
-class _Past(Exception):
-    """A running command wrote more than ``bound`` bytes on ``stream``."""
+class StreamPastBound(Exception):
+    """A running command wrote more than ``bound`` bytes on ``stream``.
+
+    A tool's or a planner's command; it is still running: the caller ends it.
+    """
 
     def __init__(self, stream: str, bound: int) -> None:
         super().__init__(stream)
         self.stream, self.bound = stream, bound
+
+
+def check_streams(bounds: tuple[tuple[Any, str, int], ...]) -> None:
+    """Raise :class:`StreamPastBound` when a running command wrote past a bound so far.
+
+    ``bounds``: (temporary file, stream name, most bytes) of each stream; the first past
+    its bound is raised.
+    """
+    for f, stream, bound in bounds:
+        if os.fstat(f.fileno()).st_size > bound:
+            raise StreamPastBound(stream, bound)
 
 
 async def _wait_bounded(proc: asyncio.subprocess.Process, timeout: float | None,
@@ -483,7 +497,7 @@ async def _wait_bounded(proc: asyncio.subprocess.Process, timeout: float | None,
 
     Raises:
         TimeoutError: it ran past ``timeout`` seconds.
-        _Past: it wrote past a bound (it is still running: the caller ends it).
+        StreamPastBound: it wrote past a bound (:func:`check_streams`).
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
@@ -497,9 +511,7 @@ async def _wait_bounded(proc: asyncio.subprocess.Process, timeout: float | None,
             done, _ = await asyncio.wait((exited,), timeout=wait)
             if done:
                 return
-            for f, stream, bound in bounds:
-                if os.fstat(f.fileno()).st_size > bound:
-                    raise _Past(stream, bound)
+            check_streams(bounds)
     finally:
         exited.cancel()
 

@@ -99,6 +99,21 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def epoch_seconds(ts: Any) -> float | None:
+    """A journal time (RFC 3339 text, as :func:`now` writes it) in seconds since the epoch.
+
+    One without an offset is UTC (planrun never wrote one; a hand-edited journal may).
+    None for no time or one that does not parse.
+    """
+    if not ts:
+        return None
+    try:
+        when = datetime.fromisoformat(str(ts))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
 def new_run_id() -> str:
     """A fresh run id: 16 random hex characters."""
     return os.urandom(8).hex()

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import procs
 from ..errors import RunError
-from .base import Conn, JournalBase, now
+from .base import Conn, JournalBase, epoch_seconds, now
 
 
 class CallsMixin(JournalBase):
@@ -46,7 +46,7 @@ class CallsMixin(JournalBase):
             "SELECT run_id, step_id, item_index, pgid, host, boot_id, start_ticks, "
             f"started_at FROM call_groups WHERE run_id IN ({marks}) ORDER BY started_at",
             run_ids).fetchall()
-        return [(r[0], r[1], r[2], procs.Group(r[3], r[4], r[5], r[6], _seconds(r[7])), r[7])
+        return [(r[0], r[1], r[2], procs.Group(r[3], r[4], r[5], r[6], epoch_seconds(r[7])), r[7])
                 for r in rows]
 
     def calls(self, run_id: str) -> list[dict[str, Any]]:
@@ -116,12 +116,3 @@ class CallsMixin(JournalBase):
                        details={"calls": [{"run_id": r, "step": s, "item": i,
                                            **procs.describe(g)} for r, s, i, g, _a in live]})
 
-
-def _seconds(ts: str | None) -> float | None:
-    """A journal time (ISO 8601, :func:`planrun.journal.now`) as seconds since the epoch."""
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(str(ts)).timestamp() if ts else None
-    except ValueError:
-        return None

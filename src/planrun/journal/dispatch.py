@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import RunError
-from .base import Conn, JournalBase, _reads, now
+from .base import Conn, JournalBase, _reads, epoch_seconds, now
 from .records import _loads, dumps, lease_record
 
 
@@ -184,9 +184,9 @@ class DispatchMixin(JournalBase):
 
         ``ttl_s`` (seconds, ``dedupe_ttl``): a key that succeeded longer ago than that is
         expired and counts as not recorded (the call runs again). Its time is the key's
-        ``finished_at`` (else ``claimed_at``), RFC 3339 text, parsed and compared here as
-        an aware datetime (the same on every backend); a time that does not parse is
-        expired.
+        ``finished_at`` (else ``claimed_at``), RFC 3339 text, read as seconds since the
+        epoch (:func:`~planrun.journal.base.epoch_seconds`, the same on every backend); a
+        time that does not parse is expired.
         """
         row = self._c().execute(
             "SELECT output_json, COALESCE(finished_at, claimed_at) FROM idempotency_keys "
@@ -194,15 +194,10 @@ class DispatchMixin(JournalBase):
         if not row:
             return (False, None)
         if ttl_s is not None:
-            from datetime import UTC, datetime, timedelta
+            import time
 
-            try:
-                when = datetime.fromisoformat(str(row[1]))
-            except ValueError:
-                return (False, None)
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            if datetime.now(UTC) - when > timedelta(seconds=ttl_s):
+            when = epoch_seconds(row[1])
+            if when is None or time.time() - when > ttl_s:
                 return (False, None)
         return (True, _loads(row[0]))
 

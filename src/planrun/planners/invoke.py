@@ -110,15 +110,6 @@ def _terminate_raises() -> Any:
         signal.signal(signal.SIGTERM, previous)
 
 
-class _Flooded(Exception):
-    """A planner command wrote past a bound on ``stream`` while it ran."""
-
-    def __init__(self, stream: str, bound: int) -> None:
-        super().__init__(stream)
-        self.stream = stream
-        self.bound = bound
-
-
 def _wait(proc: subprocess.Popen[bytes], timeout: float, fout: Any, ferr: Any) -> int:
     """The command's exit status, looking every :data:`POLL_S` at what it wrote.
 
@@ -128,11 +119,15 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, fout: Any, ferr: Any) -
 
     Raises:
         subprocess.TimeoutExpired: it ran past ``timeout`` seconds.
-        _Flooded: it wrote more than :data:`MAX_OUTPUT_BYTES` on stdout or
-            :data:`MAX_STDERR_BYTES` on stderr.
+        StreamPastBound: it wrote more than :data:`MAX_OUTPUT_BYTES` on stdout or
+            :data:`MAX_STDERR_BYTES` on stderr (:func:`planrun.tools.check_streams`, as
+            for a command tool).
     """
     import time
 
+    from ..tools import check_streams
+
+    bounds = ((fout, "stdout", MAX_OUTPUT_BYTES), (ferr, "stderr", MAX_STDERR_BYTES))
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -142,15 +137,12 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, fout: Any, ferr: Any) -
             return proc.wait(min(POLL_S, left))
         except subprocess.TimeoutExpired:
             pass
-        if os.fstat(fout.fileno()).st_size > MAX_OUTPUT_BYTES:
-            raise _Flooded("stdout", MAX_OUTPUT_BYTES)
-        if os.fstat(ferr.fileno()).st_size > MAX_STDERR_BYTES:
-            raise _Flooded("stderr", MAX_STDERR_BYTES)
+        check_streams(bounds)
 
 
 def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) -> bytes:
     from .. import procs
-    from ..tools import PARAM_ENV_PREFIX
+    from ..tools import PARAM_ENV_PREFIX, StreamPastBound
 
     argv = list(planner.argv or ())
     env = {k: v for k, v in os.environ.items() if not k.startswith(PARAM_ENV_PREFIX)}
@@ -179,7 +171,7 @@ def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) ->
             proc.wait()
             raise PlannerFailed(f"the planner ran past its timeout of {planner.timeout:g} s "
                                 "and was killed (with its process group)") from None
-        except _Flooded as flood:
+        except StreamPastBound as flood:
             _kill_group(proc.pid)
             proc.wait()
             raise PlannerFailed(f"the planner wrote more than {flood.bound:,} bytes on "
@@ -280,7 +272,7 @@ def _call(planner: Planner, request: dict[str, Any], secrets: Secrets) -> Any:
 
 def _document(raw: Any, secrets: Secrets) -> Any:
     """The planner's answer as a Document: text (JSON or YAML) or a dict."""
-    from ..loading import DocumentError, parse_text
+    from ..loading import DocumentError, has_surrogate, parse_text
 
     if isinstance(raw, dict):
         bad_key = _non_string_key(raw)
@@ -301,7 +293,7 @@ def _document(raw: Any, secrets: Secrets) -> Any:
             raise PlannerFailed(f"the planner returned a dict of more than "
                                 f"{MAX_OUTPUT_BYTES:,} bytes as JSON; a plan from a "
                                 f"planner is at most {MAX_OUTPUT_BYTES:,} bytes")
-        if not _encodable(text):
+        if has_surrogate(text):
             raise PlannerFailed("the planner returned a dict whose text is not UTF-8 text "
                                 "(a lone surrogate)")
         kind = "json"
@@ -320,7 +312,7 @@ def _document(raw: Any, secrets: Secrets) -> Any:
             if len(text) > MAX_OUTPUT_BYTES:
                 raise PlannerFailed(f"the planner returned {len(text):,} characters; a plan "
                                     f"from a planner is at most {MAX_OUTPUT_BYTES:,} bytes")
-            if not _encodable(text):
+            if has_surrogate(text):
                 raise PlannerFailed("the planner's output is not UTF-8 text (a lone "
                                     "surrogate)")
         if not text.strip():
@@ -345,15 +337,6 @@ def _document(raw: Any, secrets: Secrets) -> Any:
         raise PlannerFailed(f"the planner's output is not a plan: a plan is a mapping "
                             f"(planrun: 1, goal, steps, …), not {shown}", line=1, column=1)
     return doc
-
-
-def _encodable(text: str) -> bool:
-    """``text`` holds no lone surrogate (it can be written as UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _non_string_key(value: Any) -> Any:
