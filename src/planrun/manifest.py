@@ -74,7 +74,7 @@ def _after_denial(journal: Journal, run: RunRecord) -> str:
     """
     import shlex
 
-    again = ["planrun", "execute", shlex.quote(run.plan_name), *_given_again(run.params)]
+    again = _execute_again(run)
     events = journal.event_records(run.run_id)
     finished = [e for e in events if e.kind == "run_finished"]
     reason = finished[-1].data.get("reason") if finished and isinstance(
@@ -85,6 +85,13 @@ def _after_denial(journal: Journal, run: RunRecord) -> str:
     waiting = list(dict.fromkeys(e.step for e in events if e.kind == "approval_required"
                                  and e.step and e.step not in cleared))
     return " ".join([*again, *(f"--approve {shlex.quote(s)}" for s in waiting)])
+
+
+def _execute_again(run: RunRecord) -> list[str]:
+    """``planrun execute PLAN -p NAME=VALUE …``: the run's plan anew, its values again."""
+    import shlex
+
+    return ["planrun", "execute", shlex.quote(run.plan_name), *_given_again(run.params)]
 
 
 def _given_again(params: dict[str, Any]) -> list[str]:
@@ -113,18 +120,25 @@ def _given_again(params: dict[str, Any]) -> list[str]:
     return out
 
 
-def _after_failure(journal: Journal, run_id: str, steps: list[dict[str, Any]]) -> str:
+def _after_failure(journal: Journal, run: RunRecord, steps: list[dict[str, Any]]) -> str:
     """What to run after a failed run (or one completed with partial steps).
 
     A run already retried (or repaired) goes on in its newest child: ``planrun status
     CHILD`` (retrying it again would only replay what the child did; a morning's
     ``planrun runs --status failed`` lists the runs already dealt with, found by a fresh
-    operator). Else a step whose effect is unknown is settled first (``resolve``), and
-    then ``retry`` runs the failed and skipped steps (or a partial step's failed items).
+    operator). A fan-out whose items' outputs were too much together (``output``) fails
+    again whatever ``retry`` does, since it replays the items that succeeded: the plan is
+    executed anew (with the run's parameters), once its tool returns less. Else a step
+    whose effect is unknown is settled first (``resolve``), and then ``retry`` runs the
+    failed and skipped steps (or a partial step's failed items).
     """
+    run_id = run.run_id
     children = journal.child_run_ids(run_id)
     if children:
         return f"planrun status {children[-1]}"
+    if any(s["status"] == "failed" and "items" in s and (s["error"] or {}).get("code")
+           == "output" for s in steps):
+        return " ".join(_execute_again(run))
     # retry refuses what resolve must settle first: a call of unknown effect whose tool
     # is not idempotent (of a fan-out: each such item, --item N)
     blocked = _blocked(journal, run_id, journal.run(run_id).contracts, steps)
@@ -205,7 +219,7 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         nxt = (f"planrun resolve {run_id} {blocked}" if blocked
                else f"planrun resume {run_id}")
     elif status == "failed" or (status == "completed" and by_status.get("partial")):
-        nxt = _after_failure(journal, run_id, steps)
+        nxt = _after_failure(journal, run, steps)
     elif status == "denied":
         nxt = _after_denial(journal, run)
     out = {

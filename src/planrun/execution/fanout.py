@@ -8,12 +8,15 @@ memory does not grow with the number of items.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import redact
 from ..errors import PlanrunError
+from ..journal.records import dumps
 from ..params import ResolveError, resolve
+from ..tools import MAX_OUTPUT_BYTES
 from ..validation import CheckedStep
 from .base import RunParts
 from .common import (
@@ -183,6 +186,8 @@ class FanOut(RunParts):
             error = {"code": "stopped", "message": f"{self.stopping}; {items.left} item(s) "
                      "were not run"}
             self._fan_settle(step, "failed", error)
+        elif (too_large := self._too_large(step)) is not None:
+            self._fan_settle(step, "failed", too_large)
         else:
             self.journal.fanout_succeeded(self.run_id, step.id,
                                           facets=self._fan_facets(step))
@@ -222,6 +227,10 @@ class FanOut(RunParts):
             collected = [(i, {"item_error": {"index": i, "code": e.get("code"),
                                              "message": e.get("message")}})
                          for i, e in self._failed_items(step, count)]
+        too_large = self._too_large(step, [obj for _, obj in collected or ()])
+        if too_large is not None:
+            self._fan_settle(step, "failed", too_large)
+            return
         self.journal.fanout_finished(
             self.run_id, step.id, status="partial",
             keep="succeeded" if mode == "skip" else "all", error=error,
@@ -230,6 +239,29 @@ class FanOut(RunParts):
         st.status, st.output = "partial", IN_JOURNAL
         self._emit("partial", step.id, error={"code": error["code"],
                                               "message": error["message"]})
+
+    def _too_large(self, step: CheckedStep, collected: Sequence[Any] = ()
+                   ) -> dict[str, Any] | None:
+        """The ``output`` error of a fan-out whose items' outputs are too much together.
+
+        A step's output is at most :data:`~planrun.tools.MAX_OUTPUT_BYTES` (64 MiB) as
+        JSON, one call's or a fan-out's list of its items' outputs (and ``collected``
+        error objects) alike: past it, the list is not assembled (the journal's database
+        could not store it beyond 1 GB, and every step reading it would hold it in
+        memory) and the step fails, its items still ``succeeded``. None: it fits.
+        """
+        self.journal.flush()
+        size, count = self.journal.item_output_bytes(self.run_id, step.id)
+        count += len(collected)
+        size += sum(len(dumps(obj).encode()) for obj in collected) + max(count - 1, 0) + 2
+        if size <= MAX_OUTPUT_BYTES:
+            return None
+        return {"code": "output",
+                "message": f"the outputs of its {count:,} items are {size:,} bytes as JSON "
+                f"together; a step's output is at most {MAX_OUTPUT_BYTES:,} bytes (64 MiB), "
+                "a fan-out's list of its items' outputs too: once the tool returns less (a "
+                "file's path, say), run the plan anew (retry would replay the items that "
+                "succeeded)"}
 
     def _failed_items(self, step: CheckedStep, count: int
                       ) -> list[tuple[int, dict[str, Any]]]:

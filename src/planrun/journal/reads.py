@@ -299,6 +299,22 @@ class ReadsMixin(JournalBase):
                 return
 
     @_reads
+    def item_output_bytes(self, run_id: str, step_id: str) -> tuple[int, int]:
+        """(bytes, count) of the outputs of a fan-out step's items that succeeded.
+
+        ``bytes``: their stored JSON texts' lengths in bytes (UTF-8, compact) summed, 4
+        (``null``) for an item without one; what the step's output assembled from them
+        (:meth:`fanout_finished`) would hold but its brackets and commas. Counted in the
+        database, nothing loaded.
+        """
+        size = self.backend.text_bytes("output_json")
+        row = self._c().execute(
+            f"SELECT COALESCE(SUM(COALESCE({size}, 4)), 0), COUNT(*) FROM items "
+            "WHERE run_id = ? AND step_id = ? AND status = 'succeeded'",
+            (run_id, step_id)).fetchone()
+        return int(row[0]), int(row[1])
+
+    @_reads
     def item_errors(self, run_id: str, step_id: str | None = None,
                     limit: int = 10) -> dict[str, list[dict[str, Any]]]:
         """Per fan-out step (or only ``step_id``): its first ``limit`` failed items.

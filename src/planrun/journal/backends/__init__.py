@@ -24,7 +24,8 @@ supplies what differs between databases:
   calls (:class:`WriteCalls`; PostgreSQL, once its functions exist), or None: the
   journal's SQL (SQLite);
 - SQL fragments: ``NOW_SQL`` (the database clock, seconds since the epoch; leases use
-  it), ``json_array(column)`` (a JSON array aggregate), ``vacuum(conn)``;
+  it), ``json_array(column)`` (a JSON array aggregate), ``text_bytes(column)`` (a text's
+  length in bytes), ``vacuum(conn)``;
 - its migrations (``planrun.journal.schema`` for SQLite).
 
 SQLite (:mod:`.sqlite`) for a file path (or ``sqlite://PATH``); PostgreSQL
@@ -115,6 +116,9 @@ class JournalBackend(Protocol):
 
     def json_array(self, column: str) -> str:
         """SQL: the JSON array aggregate of a column of JSON texts."""
+
+    def text_bytes(self, column: str) -> str:
+        """SQL: the length in bytes (UTF-8) of a text column's value (NULL for NULL)."""
 
     def vacuum(self, conn: Any) -> None:
         """Give freed space back, when the database does that on request."""

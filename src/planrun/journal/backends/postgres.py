@@ -904,5 +904,10 @@ class PostgresBackend:
         """SQL: the JSON array of ``column`` (compact JSON texts), in the subquery's order."""
         return f"'[' || COALESCE(string_agg(COALESCE({column}, 'null'), ','), '') || ']'"
 
+    @staticmethod
+    def text_bytes(column: str) -> str:
+        """SQL: the length in bytes of ``column``'s text (in the database's encoding)."""
+        return f"octet_length({column})"
+
     def vacuum(self, conn: PgConnection) -> None:
         """Nothing: the server's autovacuum gives freed space back."""

@@ -451,6 +451,11 @@ class SqliteBackend:
         """SQL: the JSON array of ``column`` (JSON texts) over the rows of a subquery."""
         return f"json_group_array(json({column}))"
 
+    @staticmethod
+    def text_bytes(column: str) -> str:
+        """SQL: the length in bytes of ``column``'s text (SQLite's length() counts characters)."""
+        return f"length(CAST({column} AS BLOB))"
+
     def vacuum(self, conn: sqlite3.Connection) -> None:
         """Give freed space back to the disk; skipped while another process uses the file."""
         with suppress(sqlite3.OperationalError):
