@@ -228,6 +228,87 @@ def walk_strings(value: Any, ptr: str = "") -> Iterator[tuple[str, str]]:
     return ((p, v) for p, v in leaves(value, ptr) if isinstance(v, str))
 
 
+#: Bytes of values that placeholders may place into a plan's steps at load time (every
+#: ``{params.X}`` counted once per place), and into one step's (or fan-out item's)
+#: arguments at run time: 64 MiB, a tool's output bound. A few placeholders of a long
+#: value, or many of a short one, would otherwise build gigabytes from a small plan (the
+#: sibling of YAML aliases, which are bounded as well).
+MAX_PLACED_BYTES = 64 * 1024 * 1024
+
+
+def json_size(value: Any, memo: dict[int, int] | None = None) -> int:
+    """About how many bytes ``value`` takes as compact JSON, without writing it.
+
+    Strings count their UTF-8 length and two quotes (escapes not counted), numbers their
+    JSON spelling. ``memo`` (id → size) sizes a string, list or object met again (one
+    value placed in many places) once; it must not outlive the values it holds ids of.
+    """
+    memo = {} if memo is None else memo
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += (len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass"))) + 2
+        elif isinstance(v, dict | list):
+            known = memo.get(id(v))
+            if known is not None:
+                total += known
+                continue
+            size = json_size_of_container(v, memo)
+            memo[id(v)] = size
+            total += size
+        elif v is None or isinstance(v, bool):
+            total += 4 if v is not False else 5
+        elif isinstance(v, int):
+            total += (v.bit_length() * 1233 >> 12) + 2  # digits (log10 2 ~ 1233/4096), sign
+        else:
+            total += len(repr(v))
+    return total
+
+
+def json_size_of_container(value: dict[str, Any] | list[Any], memo: dict[int, int]) -> int:
+    """:func:`json_size` of a list or object: brackets, commas, keys and their colons."""
+    if isinstance(value, dict):
+        return (2 + max(len(value) - 1, 0) + sum(json_size(k, memo) + 1 for k in value)
+                + sum(json_size(v, memo) for v in value.values()))
+    return 2 + max(len(value) - 1, 0) + sum(json_size(v, memo) for v in value)
+
+
+class Placed:
+    """The bytes placeholders placed so far against :data:`MAX_PLACED_BYTES` (a budget).
+
+    One per plan check (load time), or per call's arguments or ``for_each`` resolved (run
+    time); ``what`` says what holds the values, for the message. ``add`` counts a value
+    each time it is placed; a value met again is sized once (:func:`json_size`).
+    """
+
+    __slots__ = ("_memo", "bound", "over", "used", "what")
+
+    def __init__(self, what: str, bound: int = MAX_PLACED_BYTES) -> None:
+        self.what = what
+        self.bound = bound
+        self.used = 0
+        self.over = False
+        self._memo: dict[int, int] = {}
+
+    def add(self, value: Any) -> bool:
+        """Count ``value`` placed once more; False once the total is past the bound."""
+        if isinstance(value, str):
+            self.used += len(value)
+        else:
+            self.used += json_size(value, self._memo)
+        if self.used > self.bound:
+            self.over = True
+        return not self.over
+
+    def message(self) -> str:
+        """What went past the bound (``what``: "the plan's steps hold", say)."""
+        return (f"{self.what} more than {self.bound:,} bytes (64 MiB) of values once their "
+                "placeholders are replaced (a long value placed, or one placed many "
+                "times): pass a file's path instead")
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """A substitution problem at a JSON Pointer: ``code`` is an issue code of SPEC §4."""
@@ -238,7 +319,7 @@ class Problem:
 
 
 def substitute(value: Any, params: dict[str, Any], ptr: str = "",
-               problems: list[Problem] | None = None) -> Any:
+               problems: list[Problem] | None = None, placed: Placed | None = None) -> Any:
     """Replace ``{params.X}`` in every string of ``value`` (load time).
 
     Args:
@@ -246,7 +327,11 @@ def substitute(value: Any, params: dict[str, Any], ptr: str = "",
         params: parameter values; a missing name or :data:`UNKNOWN` value yields UNKNOWN
             for exact leaves (the check needing it is skipped).
         ptr: the JSON Pointer of ``value`` (for problems).
-        problems: list receiving :class:`Problem` entries (``placeholder``, ``param_type``).
+        problems: list receiving :class:`Problem` entries (``placeholder``, ``param_type``,
+            ``too_large``).
+        placed: the plan's budget of placed values (:class:`Placed`, shared by its steps):
+            past it, one ``too_large`` problem, and every value placed after is UNKNOWN
+            (nothing long is built). None: no bound.
 
     Returns:
         The value with parameters substituted: strings holding run-time references become
@@ -266,12 +351,20 @@ def substitute(value: Any, params: dict[str, Any], ptr: str = "",
         if len(segs) == 1 and isinstance(segs[0], str):
             return segs[0]
         if len(segs) == 1 and isinstance(segs[0], ParamRef):
-            return params.get(segs[0].name, UNKNOWN)
+            v = params.get(segs[0].name, UNKNOWN)
+            if placed is not None and v is not UNKNOWN and not _place(placed, v, ptr,
+                                                                     problems):
+                return UNKNOWN
+            return v
         out: list[Segment] = []
+        text: list[str] = []  # the text since the last reference, joined once (not += )
         for s in segs:
             if isinstance(s, ParamRef):
                 v = params.get(s.name, UNKNOWN)
                 if v is UNKNOWN:
+                    if text:
+                        out.append("".join(text))
+                        text = []
                     out.append(s)
                     continue
                 ref_name = s.name
@@ -283,24 +376,50 @@ def substitute(value: Any, params: dict[str, Any], ptr: str = "",
                         f"parameter {ref_name!r} is an object or array and cannot be embedded "
                         "in text; use it as the whole value"))
                     return UNKNOWN
-                s = rendered
-            if isinstance(s, str) and out and isinstance(out[-1], str):
-                out[-1] = out[-1] + s
+                if placed is not None and not _place(placed, rendered, ptr, problems):
+                    return UNKNOWN
+                text.append(rendered)
+            elif isinstance(s, str):
+                text.append(s)
             else:
+                if text:
+                    out.append("".join(text))
+                    text = []
                 out.append(s)
+        if text:
+            out.append("".join(text))
         if len(out) == 1 and isinstance(out[0], str):
             return out[0]
         return Template(tuple(out))
     if isinstance(value, dict):
         return {k: substitute(v, params, f"{ptr}/{pointer_escape(k)}",
-                              problems) for k, v in value.items()}
+                              problems, placed) for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute(v, params, f"{ptr}/{i}", problems) for i, v in enumerate(value)]
+        return [substitute(v, params, f"{ptr}/{i}", problems, placed)
+                for i, v in enumerate(value)]
     return value
+
+
+def _place(placed: Placed, value: Any, ptr: str, problems: list[Problem]) -> bool:
+    """Count ``value`` placed at ``ptr``; the first time past the bound, a problem."""
+    if placed.over:
+        return False
+    if placed.add(value):
+        return True
+    problems.append(Problem(ptr, "too_large", placed.message()))
+    return False
 
 
 class ResolveError(LookupError):
     """A run-time reference could not be resolved (code ``reference``)."""
+
+    code = "reference"
+
+
+class PlacedTooLarge(ResolveError):
+    """The values placed into one step's arguments went past :data:`MAX_PLACED_BYTES`."""
+
+    code = "arguments"
 
 
 def dig(value: Any, path: tuple[str, ...], what: str) -> Any:
@@ -320,35 +439,45 @@ def dig(value: Any, path: tuple[str, ...], what: str) -> Any:
     return value
 
 
-def resolve(value: Any, lookup: Callable[[Ref], Any]) -> Any:
+def resolve(value: Any, lookup: Callable[[Ref], Any], placed: Placed | None = None) -> Any:
     """Resolve the :class:`Template` values inside ``value`` (run time).
 
     ``lookup`` maps a reference to its value (raising :class:`ResolveError`). Exact leaves
-    keep native types; embedded references render as text.
+    keep native types; embedded references render as text. ``placed``: the budget of
+    values placed into this one call's arguments (:class:`Placed`), or None (no bound).
 
     Raises:
         ResolveError: a missing path, or an object/array embedded in text.
+        PlacedTooLarge: the values placed went past ``placed``'s bound (code
+            ``arguments``); nothing long was built.
     """
     if isinstance(value, Template):
         exact = value.exact
         if exact is not None:
-            return lookup(exact)
+            return _placed(placed, lookup(exact))
         parts: list[str] = []
         for s in value.segments:
             if isinstance(s, str):
                 parts.append(s)
                 continue
             try:
-                parts.append(render(lookup(s)))
+                parts.append(_placed(placed, render(lookup(s))))
             except TypeError:
                 raise ResolveError(
                     f"{s.source()} is an object or array and cannot be embedded in text"
                 ) from None
         return "".join(parts)
     if isinstance(value, dict):
-        return {k: resolve(v, lookup) for k, v in value.items()}
+        return {k: resolve(v, lookup, placed) for k, v in value.items()}
     if isinstance(value, list):
-        return [resolve(v, lookup) for v in value]
+        return [resolve(v, lookup, placed) for v in value]
+    return value
+
+
+def _placed(placed: Placed | None, value: Any) -> Any:
+    """``value``, counted in ``placed``; :class:`PlacedTooLarge` past its bound."""
+    if placed is not None and not placed.add(value):
+        raise PlacedTooLarge(placed.message())
     return value
 
 

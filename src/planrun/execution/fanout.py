@@ -15,7 +15,7 @@ from typing import Any
 from .. import redact
 from ..errors import PlanrunError
 from ..journal.records import dumps
-from ..params import ResolveError, resolve
+from ..params import Placed, ResolveError, resolve
 from ..tools import MAX_OUTPUT_BYTES
 from ..validation import CheckedStep
 from .base import RunParts
@@ -85,9 +85,14 @@ class FanOut(RunParts):
     def _fan_source(self, step: CheckedStep) -> list[Any] | None:
         """The items of ``for_each``, or None when the step failed (it is journaled)."""
         try:
-            source = redact.expand(resolve(step.for_each, self._lookup(step)),
+            source = redact.expand(resolve(step.for_each, self._lookup(step),
+                                           Placed("its for_each holds")),
                                    self.plan.params)
-        except (ResolveError, redact.SecretMissing) as exc:
+        except ResolveError as exc:
+            self._fail_now(step, "for_each" if exc.code != "reference" else exc.code,
+                           str(exc))
+            return None
+        except redact.SecretMissing as exc:
             self._fail_now(step, "reference", str(exc))
             return None
         if not isinstance(source, list):

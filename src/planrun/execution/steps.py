@@ -18,7 +18,7 @@ from ..errors import PlanrunError
 from ..graph import ancestors
 from ..journal import FINISHED
 from ..journal.store import LeaseLost
-from ..params import IndexRef, ItemRef, Ref, ResolveError, StepRef, resolve
+from ..params import IndexRef, ItemRef, Placed, Ref, ResolveError, StepRef, resolve
 from ..validation import CheckedStep
 from .base import RunParts
 from .common import (
@@ -178,9 +178,9 @@ class Steps(RunParts):
             stored = step.arguments  # fully known at validation, and checked there
         else:
             try:
-                stored = resolve(step.arguments, lookup)
+                stored = resolve(step.arguments, lookup, Placed("its arguments hold"))
             except ResolveError as exc:
-                return Outcome("failed", error={"code": "reference", "message": str(exc)})
+                return Outcome("failed", error={"code": exc.code, "message": str(exc)})
         try:
             arguments = redact.reveal(stored, self.plan.params)
         except redact.SecretMissing as exc:

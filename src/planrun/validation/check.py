@@ -9,7 +9,15 @@ from ..canonical import digest
 from ..formats import SUPPORTED_FORMATS, HeadData, StepData, head_data
 from ..issues import PlanReport, did_you_mean
 from ..loading import Document
-from ..params import UNKNOWN, Problem, StepRef, Template, has_templates, substitute
+from ..params import (
+    UNKNOWN,
+    Placed,
+    Problem,
+    StepRef,
+    Template,
+    has_templates,
+    substitute,
+)
 from ..pointers import pointer
 from ..registry import ToolRegistry, ToolSpec
 from .arguments import argument_problems
@@ -74,8 +82,11 @@ def _check_plan(doc: Document, registry: ToolRegistry, settings: PlanLimits,
                   steps=steps, declared=params.declared)
     # the source text tells at once whether any string could hold a marker character
     marks = not isinstance(doc.text, str) or doc.may_hold_marks()
+    # one budget of placed values for the plan, one for its stored form (secret references)
+    placed = (Placed("the plan's steps hold"), Placed("the plan's steps hold"))
     checked = [step for i, raw, model in steps
-               if (step := _check_step(scope, params, marks, i, raw, model)) is not None]
+               if (step := _check_step(scope, params, marks, i, raw, model, placed))
+               is not None]
     for pname in params.declared:
         if pname not in scope.used:
             out.add("param_unused", f"parameter {pname!r} is declared but no step uses it; "
@@ -144,20 +155,27 @@ def _check_head(data: dict[str, Any], out: Collector) -> HeadData | None:
 
 
 def _check_step(scope: Scope, params: ParamValues, marks: bool, i: int,
-                raw: dict[str, Any], model: StepData) -> CheckedStep | None:
-    """References, substitution, tool, arguments and policy of one well-shaped step."""
+                raw: dict[str, Any], model: StepData, placed: tuple[Placed, Placed]
+                ) -> CheckedStep | None:
+    """References, substitution, tool, arguments and policy of one well-shaped step.
+
+    ``placed``: the plan's budgets of values its placeholders place (:class:`Placed`; in
+    the values, in their stored form), shared by its steps.
+    """
     out, base, sid, fe = scope.out, f"/steps/{i}", model.id, model.for_each
     check_step_references(scope, base, raw, model)
     problems: list[Problem] = []
-    arguments = substitute(model.arguments, params.values, f"{base}/arguments", problems)
-    for_each = substitute(fe, params.values, f"{base}/for_each", problems) \
+    arguments = substitute(model.arguments, params.values, f"{base}/arguments", problems,
+                           placed[0])
+    for_each = substitute(fe, params.values, f"{base}/for_each", problems, placed[0]) \
         if fe is not None else None
     if params.plain and not (marks and (redact.has_marks(model.arguments)
                                         or redact.has_marks(fe))):
         stored, stored_fe = arguments, for_each
     else:
-        stored = substitute(redact.escape_value(model.arguments), params.stored)
-        stored_fe = substitute(redact.escape_value(fe), params.stored) \
+        stored = substitute(redact.escape_value(model.arguments), params.stored,
+                            placed=placed[1])
+        stored_fe = substitute(redact.escape_value(fe), params.stored, placed=placed[1]) \
             if fe is not None else None
     for p in problems:
         out.add(p.code, f"step {sid!r}: {p.message}", step=sid, path=p.path)
