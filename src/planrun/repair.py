@@ -300,7 +300,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
                        given_for=revision_params(row, given), concrete=True,
                        name_hint=row.plan_name, extra_check=extra_check,
                        session=EventSession(settings.journal, parent_id), params=params)
-    before = _existing(settings, row.plan_name, None)
+    before = _plan_home(settings, row) or _existing(settings, row.plan_name, None)
     _prev_data, prev_text, prev_rev = _previous(before)
     revision = max(row.revision, prev_rev or 0) + 1
     final = revised(accepted.data, row.plan_name, revision)
@@ -337,6 +337,23 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
                            "previous": previous})
         finally:
             journal.release_lease(parent_id, owner)
+
+
+def _plan_home(settings: Any, row: Any) -> Any:
+    """The file the failed run's plan was run from (journaled), if it is still a file.
+
+    A run of ``planrun execute ci/publish.yaml`` lives in that file, not in
+    ``plans/publish.yaml``: looked up by name alone, its revision overwrote another plan
+    of the same name (found by a fresh operator).
+    """
+    from pathlib import Path
+
+    from .paths import probe
+
+    if not row.plan_file:
+        return None
+    path = Path(row.project or settings.project) / row.plan_file
+    return path if probe(path, "is_file") else None
 
 
 def _checked(settings: Any, row: Any, data: dict[str, Any], given: Any) -> Any:

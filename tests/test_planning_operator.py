@@ -1,0 +1,109 @@
+"""The planning half as a fresh operator uses it: planners, repair, a run waiting for a
+person, found by a fresh operator trying it from the docs.
+
+Everything here goes through the real ``planrun`` process in a project folder written by
+the test, with real planner commands (stdin is not a terminal).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from harness import run_planrun
+
+TOOLS = """\
+tools:
+  note:
+    description: Append a line to effects.txt
+    command: ["{PY}", "-c", "import sys; print(sys.argv[1], file=open('effects.txt', 'a'))",
+              "{line}"]
+    output: none
+    arguments:
+      type: object
+      properties: {line: {type: string}}
+      required: [line]
+      additionalProperties: false
+  copy:
+    description: Copy a file
+    command: ["cp", "{src}", "{dest}"]
+    output: none
+    arguments:
+      type: object
+      properties: {src: {type: string}, dest: {type: string}}
+      required: [src, dest]
+      additionalProperties: false
+"""
+
+PUBLISH = """\
+planrun: 1
+goal: Build and publish the site
+steps:
+  - {id: build, tool: note, arguments: {line: build}}
+  - {id: publish, tool: copy, depends_on: [build], arguments: {src: draft.txt, dest: out.txt}}
+"""
+
+# docs/repair.md's fix.py, shortened: the failed step copies site.txt instead
+FIX = """\
+import json, sys
+request = json.load(sys.stdin)
+plan = request["run"]["plan"]
+failed = {f["step"] for f in request["run"]["failed"]}
+for step in plan["steps"]:
+    if step["id"] in failed:
+        step["arguments"]["src"] = "site.txt"
+print(json.dumps(plan))
+"""
+
+
+def project(base: Path) -> Path:
+    root = base / "site"
+    (root / "plans").mkdir(parents=True)
+    (root / "tools.yaml").write_text(TOOLS.replace("{PY}", sys.executable), encoding="utf-8")
+    (root / "site.txt").write_text("the site\n", encoding="utf-8")
+    (root / "fix.py").write_text(FIX, encoding="utf-8")
+    return root
+
+
+def planrun(root: Path, *args: str) -> Any:
+    result = run_planrun(*args, cwd=root)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def fixer() -> str:
+    return f"cmd:{sys.executable} fix.py"
+
+
+def test_repair_revises_the_file_the_run_came_from_not_another_plan_of_its_name(
+        tmp_path: Path) -> None:
+    # `planrun execute ci/publish.yaml` failed; plans/publish.yaml is another plan of the
+    # same name. The repair's revision overwrote plans/publish.yaml (a different plan,
+    # lost), and ci/publish.yaml stayed as it was.
+    root = project(tmp_path)
+    (root / "ci").mkdir()
+    (root / "ci" / "publish.yaml").write_text(PUBLISH, encoding="utf-8")
+    other = textwrap.dedent("""\
+        planrun: 1
+        revision: 5
+        goal: Another plan of the same name
+        steps:
+          - {id: only, tool: note, arguments: {line: other}}
+        """)
+    (root / "plans" / "publish.yaml").write_text(other, encoding="utf-8")
+    failed = planrun(root, "execute", "ci/publish.yaml", "--json")
+    assert failed.returncode == 1, failed.stderr
+    run_id = json.loads(failed.stdout)["run_id"]
+
+    done = planrun(root, "repair", run_id, "--planner", fixer(), "--json")
+    assert done.returncode == 0, done.stderr
+    child = json.loads(done.stdout)
+    assert child["plan"]["file"] == "ci/publish.yaml"
+    assert child["plan"]["revision"] == 2
+    assert (root / "plans" / "publish.yaml").read_text(encoding="utf-8") == other
+    revised = (root / "ci" / "publish.yaml").read_text(encoding="utf-8")
+    assert "revision: 2" in revised
+    assert "src: site.txt" in revised
