@@ -107,3 +107,35 @@ def test_repair_revises_the_file_the_run_came_from_not_another_plan_of_its_name(
     revised = (root / "ci" / "publish.yaml").read_text(encoding="utf-8")
     assert "revision: 2" in revised
     assert "src: site.txt" in revised
+
+
+def test_a_revision_saved_while_the_planner_thinks_is_replaced_and_kept(
+        tmp_path: Path) -> None:
+    # With --name, the file was read before the rounds: a revision 7 a person saved while
+    # the planner ran was overwritten by "revision 2" and its text was not journaled.
+    root = project(tmp_path)
+    (root / "plans" / "race.yaml").write_text(
+        "planrun: 1\nname: race\nrevision: 1\ngoal: first\nsteps:\n"
+        "- {id: w, tool: note, arguments: {line: first}}\n", encoding="utf-8")
+    edited = ("planrun: 1\nname: race\nrevision: 7\ngoal: edited by a person\nsteps:\n"
+              "- {id: w, tool: note, arguments: {line: person}}\n")
+    (root / "slow_planner.py").write_text(textwrap.dedent(f"""\
+        import json, pathlib, sys
+        request = json.load(sys.stdin)
+        # meanwhile, a person saves revision 7 of the plan
+        pathlib.Path("plans/race.yaml").write_text({edited!r})
+        print(json.dumps({{"planrun": 1, "goal": request["goal"], "steps": [
+            {{"id": "w", "tool": "note", "arguments": {{"line": "planner"}}}}]}}))
+        """), encoding="utf-8")
+    done = planrun(root, "plan", "race", "--name", "race", "--json",
+                   "--planner", f"cmd:{sys.executable} slow_planner.py")
+    assert done.returncode == 0, done.stderr
+    planned = json.loads(done.stdout)
+    assert (planned["revision"], planned["previous_revision"]) == (8, 7)
+    assert "revision: 8" in (root / "plans" / "race.yaml").read_text(encoding="utf-8")
+    log = planrun(root, "log", planned["run_id"], "--json")
+    data = json.loads(log.stdout)
+    events = data["events"] if isinstance(data, dict) else data
+    [event] = [e for e in events if e["kind"] == "planned"]
+    assert event["data"]["previous"] == {"file": "plans/race.yaml", "revision": 7,
+                                         "content": edited}

@@ -316,9 +316,11 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     data = accepted.data
     own = data.get("name")
     final_name = name or (own if plain_name(own) else slug(goal))
-    if before is None and out is None and final_name != name:
-        before = _existing(settings, final_name, None)
-        prev_data, prev_text, prev_rev = _previous(before)
+    # The file being replaced, read again now: a planner's rounds can take minutes, and a
+    # revision saved meanwhile (by a person, or another planrun plan) was overwritten by a
+    # lower revision and lost from the journal too (found by a fresh operator).
+    before = _existing(settings, final_name, out)
+    prev_data, prev_text, prev_rev = _previous(before)
     target = Path(out) if out is not None else (
         before or settings.plans_dir / f"{final_name}.yaml")
     revision = 1 if before is None else (prev_rev or 0) + 1
