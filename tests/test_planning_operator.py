@@ -139,3 +139,37 @@ def test_a_revision_saved_while_the_planner_thinks_is_replaced_and_kept(
     [event] = [e for e in events if e["kind"] == "planned"]
     assert event["data"]["previous"] == {"file": "plans/race.yaml", "revision": 7,
                                          "content": edited}
+
+
+def test_repair_says_each_round_and_the_file_it_rewrote(tmp_path: Path) -> None:
+    # repair rewrote plans/publish.yaml without a word (planrun plan says each round and
+    # the file), its child run said "a retry of", and past --max-rounds the report it
+    # had printed above was said to "follow", with no pointer to the rounds.
+    root = project(tmp_path)
+    (root / "plans" / "publish.yaml").write_text(PUBLISH, encoding="utf-8")
+    failed = planrun(root, "execute", "publish", "--json")
+    assert failed.returncode == 1, failed.stderr
+    run_id = json.loads(failed.stdout)["run_id"]
+    (root / "eager.py").write_text(FIX.replace(
+        'print(json.dumps(plan))',
+        'plan["steps"][0]["arguments"]["line"] += " again"\nprint(json.dumps(plan))'),
+        encoding="utf-8")
+
+    refused = planrun(root, "repair", run_id, "--max-rounds", "1",
+                      "--planner", f"cmd:{sys.executable} eager.py")
+    assert refused.returncode == 3, refused.stderr
+    err = refused.stderr
+    assert "planrun: round 1: refused (1 issue(s): repair_changes_succeeded)" in err
+    assert err.index("error[repair_changes_succeeded]") < err.index("error[replan_exhausted]")
+    assert (f"error[replan_exhausted]: no valid plan in 1 round(s); the last report is above."
+            f" planrun log {run_id} shows every round") in err
+    assert f"planrun retry {run_id}" in err
+    assert "follows" not in err
+
+    done = planrun(root, "repair", run_id, "--planner", fixer())
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert "planrun: round 1: plan accepted" in lines
+    assert (f"planrun: wrote plan 'publish' revision 2 (was 1) to plans/publish.yaml in 1 "
+            f"round(s); planrun log {run_id} shows how it came to be") in lines
+    assert any(f"started (a repair of {run_id})" in line for line in lines), lines

@@ -508,11 +508,13 @@ def repair(settings: Settings, run_ref: str, planner: str, *,
            max_rounds: int | None = None, given: ParamInput | None = None,
            approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
            max_parallel: int | None = None, keep_going: bool = False,
-           progress: Any = None) -> RunOutcome:
+           progress: Any = None, on_round: Callable[[int, Any], None] | None = None,
+           on_written: Callable[[str], None] | None = None) -> RunOutcome:
     """Ask a planner to revise a failed run's plan; run the revision as a child (SPEC §10).
 
     ``planner``: ``cmd:ARGV``, ``python:module:callable`` or a ``[planners.NAME]``.
-    See :func:`planrun.repair.repair` (what may change, the request's ``run``).
+    See :func:`planrun.repair.repair` (what may change, the request's ``run``, and
+    ``on_round``/``on_written``, what the CLI says on stderr).
 
     Returns:
         The child run's outcome.
@@ -529,7 +531,8 @@ def repair(settings: Settings, run_ref: str, planner: str, *,
     return _settled(lambda: replan(
         settings, run_ref, planner, max_rounds=max_rounds, given=given,
         approve=list(approve), approve_all=approve_all, approver=approver,
-        max_parallel=max_parallel, keep_going=keep_going, progress=progress), settings)
+        max_parallel=max_parallel, keep_going=keep_going, progress=progress,
+        on_round=on_round, on_written=on_written), settings)
 
 
 def explain(settings: Settings, ref: str | None, given: ParamInput | None = None

@@ -211,7 +211,7 @@ def _need_secrets(row: Any, given: Any) -> None:
 def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None = None,
            given: Any = None, approve: list[str] | None = None, approve_all: bool = False,
            approver: Any = None, max_parallel: int | None = None, keep_going: bool = False,
-           progress: Any = None) -> Any:
+           progress: Any = None, on_round: Any = None, on_written: Any = None) -> Any:
     """Ask ``planner`` for a revised plan of the failed run ``run_ref`` and run it (SPEC §10).
 
     The rounds are :func:`planrun.planners.propose`'s: each answer is validated (with the
@@ -224,7 +224,9 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
     revision and the file's — and runs as a child of the failed run
     (:func:`planrun.retry.start_child`). ``replanned`` events record it: on the child
     ``{"parent_run_id", "revision", "digest", "rounds", "planner", "file", "previous"}``,
-    on the failed run the same with ``child_run_id``.
+    on the failed run the same with ``child_run_id``. ``on_round(round, report or None)``
+    is called after each round, ``on_written(line)`` once the revision is written (before
+    the child runs): what ``planrun repair`` says on stderr.
 
     Returns:
         The child run's :class:`~planrun.outcome.RunOutcome`.
@@ -244,7 +246,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
 
     from . import redact
     from .checking import check_approve, file_sha256, journaled_path, load_registry
-    from .errors import RunError, UsageError
+    from .errors import Refused, RunError, UsageError
     from .journal import Journal
     from .journal.store import lease_owner
     from .lifecycle import _indeterminate_error, journaled_params, run_param_input
@@ -296,10 +298,22 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
 
         return changed_succeeded(old, data, succeeded, run_id=parent_id, file=OUTPUT_NAME)
 
-    accepted = propose(settings, who, base, max_rounds=rounds, registry=registry,
-                       given_for=revision_params(row, given), concrete=True,
-                       name_hint=row.plan_name, extra_check=extra_check,
-                       session=EventSession(settings.journal, parent_id), params=params)
+    try:
+        accepted = propose(settings, who, base, max_rounds=rounds, registry=registry,
+                           given_for=revision_params(row, given), concrete=True,
+                           name_hint=row.plan_name, extra_check=extra_check,
+                           session=EventSession(settings.journal, parent_id), params=params,
+                           on_round=on_round)
+    except Refused as exc:
+        if exc.code == "replan_exhausted":
+            # as planrun plan says it: the report is printed before this line (it said
+            # "follows"), and the rounds are events of the failed run
+            exc.message = (f"no valid plan in {rounds} round(s); the last report is above. "
+                           f"planrun log {parent_id} shows every round")
+            exc.hint = (f"Run {parent_id} stays failed: repair it again (--max-rounds N "
+                        f"for more rounds), or run it as it was with planrun retry "
+                        f"{parent_id}.")
+        raise
     before = _plan_home(settings, row) or _existing(settings, row.plan_name, None)
     _prev_data, prev_text, prev_rev = _previous(before)
     revision = max(row.revision, prev_rev or 0) + 1
@@ -325,6 +339,11 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
             except OSError as exc:
                 raise UsageError(f"cannot write the revised plan to {target}: "
                                  f"{exc.strerror or exc}") from None
+            if on_written is not None:
+                was = "new" if before is None else f"was {prev_rev}"
+                on_written(f"wrote plan {row.plan_name!r} revision {revision} ({was}) to "
+                           f"{shown} in {accepted.round} round(s); planrun log {parent_id} "
+                           "shows how it came to be")
             return start_child(
                 journal, settings, row, plan, owner, approve=approve or [],
                 approve_all=approve_all, approver=approver, max_parallel=max_parallel,

@@ -160,18 +160,20 @@ def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: Chec
     with runner.internal_guard(journal, child):  # a bug ends the child run failed
         return _drive_child(journal, settings, row, plan, child, owner, inherited,
                             parent_rows, approve, approve_all, approver, int(parallel),
-                            keep_going, progress, note_changed=document is None)
+                            keep_going, progress, note_changed=document is None,
+                            kind="retry" if replanned is None else "repair")
 
 
 def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                  plan: CheckedPlan, child: str, owner: str, inherited: list[str],
                  parent_rows: list[StepRecord], approve: list[str], approve_all: bool,
                  approver: Any, parallel: int, keep_going: bool, progress: Any,
-                 note_changed: bool = True) -> RunOutcome:
+                 note_changed: bool = True, kind: str = "retry") -> RunOutcome:
     """Clear and run the new child run ``child`` of the failed run ``row``.
 
     ``note_changed``: note when the parent's plan file changed since (a retry runs the
-    journaled plan; a repair runs its own revision, so it says nothing).
+    journaled plan; a repair runs its own revision, so it says nothing). ``kind``:
+    ``retry`` or ``repair``, as the run's first line on stderr says it.
     """
     parent_id = row.run_id
     journal.copy_succeeded(parent_id, child, inherited)
@@ -189,7 +191,7 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                            max_parallel=int(parallel), keep_going=keep_going, state=state,
                            progress=progress, also_leased=[parent_id],
                            approver=approver, approve=set(approve), approve_all=approve_all,
-                           begun=f"started (a retry of {parent_id})")
+                           begun=f"started (a {kind} of {parent_id})")
     outcome.notes.extend([note] if note else [])
     return outcome
 
