@@ -7,13 +7,18 @@ the test, with real planner commands (stdin is not a terminal).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
-from harness import run_planrun
+from harness import PLANRUN, run_planrun
 
 TOOLS = """\
 tools:
@@ -173,3 +178,61 @@ def test_repair_says_each_round_and_the_file_it_rewrote(tmp_path: Path) -> None:
     assert (f"planrun: wrote plan 'publish' revision 2 (was 1) to plans/publish.yaml in 1 "
             f"round(s); planrun log {run_id} shows how it came to be") in lines
     assert any(f"started (a repair of {run_id})" in line for line in lines), lines
+
+
+def test_status_of_a_refused_session_or_run_says_why(tmp_path: Path) -> None:
+    # `planrun status` of a refused planning session (or refused plan) said only
+    # "refused — 0/0 succeeded": why, and where the rounds are, was in no output.
+    root = project(tmp_path)
+    no_model = f"cmd:{sys.executable} -c 'import sys; sys.exit(\"no model today\")'"
+    refused = planrun(root, "plan", "note hi", "--planner", no_model, "--max-rounds", "1",
+                      "--json")
+    assert refused.returncode == 3, refused.stderr
+    session = refused.stderr.split("planrun log ")[1].split()[0]
+    shown = planrun(root, "status", session)
+    assert shown.returncode == 0, shown.stderr
+    assert ("refused: [replan_exhausted] no valid plan in 1 round(s); the last one: "
+            "[planner] the planner exited with status 1: no model today") in shown.stdout
+    assert f"next: planrun log {session}" in shown.stdout
+    m = json.loads(planrun(root, "status", session, "--json").stdout)
+    assert m["refused"]["code"] == "replan_exhausted"
+    assert m["next"] == f"planrun log {session}"
+
+    (root / "plans" / "bad.yaml").write_text(
+        "planrun: 1\ngoal: x\nsteps:\n  - {id: a, tool: nte, arguments: {line: x}}\n",
+        encoding="utf-8")
+    assert planrun(root, "execute", "bad").returncode == 3
+    shown = planrun(root, "status", "last")
+    assert ("refused: [unknown_tool] step 'a': no tool named 'nte' in tools.yaml. Did you "
+            "mean 'note'?") in shown.stdout, shown.stdout
+    m = json.loads(planrun(root, "status", "last", "--json").stdout)
+    assert m["refused"]["code"] == "unknown_tool"
+    assert m["next"] is None
+
+
+def test_status_of_a_killed_planning_session_names_the_dead_process(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    (root / "slow.py").write_text("import sys, time\nsys.stdin.read()\ntime.sleep(60)\n",
+                                  encoding="utf-8")
+    proc = subprocess.Popen([*PLANRUN, "plan", "note slow", "--planner",
+                             f"cmd:{sys.executable} slow.py"], cwd=root,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            runs = json.loads(planrun(root, "runs", "--json").stdout)
+            if runs and runs[0]["status"] == "planning":
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the session never started planning")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    shown = planrun(root, "status", "last")
+    assert "refused: [interrupted] the planning process (" in shown.stdout, shown.stdout
+    assert f":{proc.pid}:" in shown.stdout
+    assert "ended without closing the session (killed, or it crashed)" in shown.stdout

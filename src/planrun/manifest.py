@@ -147,6 +147,34 @@ def _after_failure(journal: Journal, run: RunRecord, steps: list[dict[str, Any]]
     return f"planrun retry {run_id}"
 
 
+def refusal(run: RunRecord) -> dict[str, Any]:
+    """Why a ``refused`` run was refused: ``{"code", "message"}``, from its journaled report.
+
+    A plan refused at ``execute``: its first error (and how many more). A planning
+    session: no valid plan within its rounds (with the last round's first error), or its
+    process ended before one was accepted. ``planrun status`` said only "refused — 0/0
+    succeeded" (found by a fresh operator).
+    """
+    report = run.report if isinstance(run.report, dict) else {}
+    issues = [i for i in report.get("issues") or [] if isinstance(i, dict)]
+    for shown in report.get("plans") or []:
+        if isinstance(shown, dict):
+            issues.extend(i for i in shown.get("issues") or [] if isinstance(i, dict))
+    errors = [i for i in issues if i.get("severity", "error") == "error"]
+    code = report.get("code") or (errors[0].get("code") if errors else None) or "refused"
+    message = report.get("message")
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        first = f"{errors[0].get('message')}{more}"
+        if errors[0].get("code") != code:
+            first = f"[{errors[0].get('code')}] {first}"
+        if code == "replan_exhausted":
+            rounds = report.get("rounds")
+            first = f"no valid plan in {rounds} round(s); the last one: {first}"
+        message = first if message is None else f"{message}: {first}"
+    return {"code": code, "message": message or "the plan was refused"}
+
+
 def build(journal: Journal, run_id: str) -> dict[str, Any]:
     """The manifest object of one run (keys of SPEC §5).
 
@@ -159,7 +187,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     A ``running`` run also has ``driven``: whether a live process drives it (False: its
     process died and the run waits for ``resume``). A run ``awaiting_approval`` also has
     ``approval``: the steps it waits for and the
-    commands that decide (``approve``, ``deny``) and continue it (``resume``).
+    commands that decide (``approve``, ``deny``) and continue it (``resume``). A
+    ``refused`` run (or planning session) also has ``refused``: :func:`refusal`.
     """
     run = journal.run(run_id)
     rows = journal.steps(run_id)
@@ -222,6 +251,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         nxt = _after_failure(journal, run, steps)
     elif status == "denied":
         nxt = _after_denial(journal, run)
+    elif status == "refused" and run.options.get("planning"):
+        nxt = f"planrun log {run_id}"  # every round: what the planner answered, and why not
     out = {
         "run_id": run_id,
         "root_run_id": run.root_run_id,
@@ -244,6 +275,8 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
     if status == "running":
         # False: its process died (SIGKILL, power cut); it waits for resume (or resolve)
         out["driven"] = driven(run.lease)
+    if status == "refused":
+        out["refused"] = refusal(run)
     if approval is not None:
         # only for a run awaiting approval: {"waiting": [{"step", "tool", "reason"}],
         # "approve", "deny", "resume"} (the commands that decide and continue it)

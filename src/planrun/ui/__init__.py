@@ -331,6 +331,9 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
             out("  " + _step_line(s, m))
         for line in _item_error_lines(m):
             out(line)
+    refused = m.get("refused")
+    if refused:  # why (a refused plan, a planning session that found none)
+        out(f"refused: [{refused['code']}] {refused['message']}")
     approval = m.get("approval")
     if approval and approval["waiting"]:  # awaiting approval (SPEC §10): who decides
         out("waiting for approval: " + ", ".join(
