@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pexpect
+
 from harness import PLANRUN, run_planrun
 
 TOOLS = """\
@@ -236,3 +238,73 @@ def test_status_of_a_killed_planning_session_names_the_dead_process(tmp_path: Pa
     assert "refused: [interrupted] the planning process (" in shown.stdout, shown.stdout
     assert f":{proc.pid}:" in shown.stdout
     assert "ended without closing the session (killed, or it crashed)" in shown.stdout
+
+
+SLOW = """\
+import pathlib, sys, time
+sys.stdin.read()
+pathlib.Path("planner-started").touch()
+time.sleep(60)
+"""
+
+
+def wait_for(path: Path, proc: Any) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        alive = proc.isalive() if hasattr(proc, "isalive") else proc.poll() is None
+        assert alive, "planrun ended before the planner started"
+        assert time.monotonic() < deadline, "the planner never started"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_while_the_planner_thinks_says_so(tmp_path: Path) -> None:
+    # Ctrl-C (and SIGTERM, below) stopped planrun plan with exit 130 and not a word; the
+    # session was journaled with the message "KeyboardInterrupt".
+    root = project(tmp_path)
+    (root / "slow.py").write_text(SLOW, encoding="utf-8")
+    child = pexpect.spawn(PLANRUN[0], [*PLANRUN[1:], "plan", "note slow", "--planner",
+                                       f"cmd:{sys.executable} slow.py"],
+                          cwd=str(root), encoding="utf-8", timeout=30)
+    try:
+        wait_for(root / "planner-started", child)
+        child.sendintr()
+        child.expect(r"planrun: interrupted \(SIGINT\) while asking the planner: it was "
+                     r"stopped and no plan was written")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130
+    assert not list((root / "plans").iterdir())
+    shown = planrun(root, "status", "last")
+    assert ("refused: [interrupted] stopped by SIGINT (Ctrl-C) before a plan was accepted"
+            in shown.stdout), shown.stdout
+
+
+def test_sigterm_while_the_planner_thinks_says_so(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    (root / "slow.py").write_text(SLOW, encoding="utf-8")
+    (root / "plans" / "publish.yaml").write_text(PUBLISH, encoding="utf-8")
+    failed = planrun(root, "execute", "publish", "--json")
+    run_id = json.loads(failed.stdout)["run_id"]
+    slow = f"cmd:{sys.executable} slow.py"
+    for args, what in (
+            (("execute", "--planner", slow, "--goal", "note slow"),
+             "no plan was written; nothing ran"),
+            (("repair", run_id, "--planner", slow),
+             "no revision was written; the run stays failed")):
+        (root / "planner-started").unlink(missing_ok=True)
+        proc = subprocess.Popen([*PLANRUN, *args], cwd=root, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            wait_for(root / "planner-started", proc)
+            proc.terminate()
+            _, err = proc.communicate(timeout=30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 143, err
+        assert (f"planrun: interrupted (SIGTERM) while asking the planner: it was stopped "
+                f"and {what}") in err
+        assert "Traceback" not in err
+    assert json.loads(planrun(root, "status", run_id, "--json").stdout)["status"] == "failed"

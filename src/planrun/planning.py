@@ -310,7 +310,7 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
             with _suppress_all():
                 code = ("interrupted" if isinstance(exc, KeyboardInterrupt | SystemExit)
                         else getattr(exc, "code", "internal"))
-                session.fail({"code": code, "message": type(exc).__name__})
+                session.fail({"code": code, "message": interrupted_text(exc)})
         raise
     session.params = params.request()
     data = accepted.data
@@ -357,6 +357,16 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
                    previous_revision=prev_rev if before is not None else None,
                    rounds=accepted.round, digest=dig, data=final, text=text,
                    warnings=[i for i in accepted.report.issues if i.severity == "warning"])
+
+
+def interrupted_text(exc: BaseException) -> str:
+    """What stopped a planning session, in words (it was journaled as ``KeyboardInterrupt``)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped by SIGINT (Ctrl-C) before a plan was accepted"
+    if isinstance(exc, SystemExit):
+        signal = "SIGTERM" if exc.code == 143 else "a signal"
+        return f"stopped by {signal} before a plan was accepted"
+    return type(exc).__name__
 
 
 def _suppress_all() -> Any:

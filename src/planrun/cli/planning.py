@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -58,10 +60,34 @@ def plan(
              verbose)
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
     given = guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
-    done = guard(lambda: api.plan(settings, goal, planner, name=name, max_rounds=max_rounds,
-                                  given=given, out=out,
-                                  on_round=None if quiet else round_note), verbose, as_json)
+    with said_if_interrupted("no plan was written"):
+        done = guard(lambda: api.plan(settings, goal, planner, name=name,
+                                      max_rounds=max_rounds, given=given, out=out,
+                                      on_round=None if quiet else round_note),
+                     verbose, as_json)
     report_planned(done, as_json=as_json, quiet=quiet)
+
+
+@contextlib.contextmanager
+def said_if_interrupted(what: str) -> Iterator[None]:
+    """One line on stderr when SIGINT or SIGTERM stops a planner's rounds (then re-raised).
+
+    The planner's process group is ended and the session journaled ``refused``; planrun
+    exited 130 or 143 without a word, also in a cron log (found by a fresh operator).
+    """
+    from .. import ui
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        ui.err(f"planrun: interrupted (SIGINT) while asking the planner: it was stopped and "
+               f"{what}")
+        raise
+    except SystemExit as exc:
+        if exc.code == 143:
+            ui.err(f"planrun: interrupted (SIGTERM) while asking the planner: it was stopped "
+                   f"and {what}")
+        raise
 
 
 def round_note(round_no: int, report: Any) -> None:

@@ -50,18 +50,20 @@ def repair(
 ) -> None:
     """Ask a planner to revise a failed run's plan; run it as a child, keeping what succeeded."""
     from .. import api, ui
-    from .planning import round_note
+    from .planning import round_note, said_if_interrupted
 
     def written(line: str) -> None:
         ui.err(f"planrun: {line}")
 
     # Each round and the file written, on stderr as planrun plan says them: the plan
     # file was rewritten without a word (found by a fresh operator).
-    result = _drive(lambda settings, given, approver, progress: api.repair(
-        settings, run, planner, max_rounds=max_rounds, given=given, approve=approve or [],
-        approve_all=approve_all, approver=approver, max_parallel=max_parallel,
-        keep_going=keep_going, progress=progress, on_round=None if quiet else round_note,
-        on_written=None if quiet else written), project=project, journal=journal,
-        param=param, params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
-        no_color=no_color, verbose=verbose, as_json=as_json)
+    with said_if_interrupted("no revision was written; the run stays failed"):
+        result = _drive(lambda settings, given, approver, progress: api.repair(
+            settings, run, planner, max_rounds=max_rounds, given=given,
+            approve=approve or [], approve_all=approve_all, approver=approver,
+            max_parallel=max_parallel, keep_going=keep_going, progress=progress,
+            on_round=None if quiet else round_note, on_written=None if quiet else written),
+            project=project, journal=journal, param=param, params_file=params_file,
+            approval_timeout=approval_timeout, quiet=quiet, no_color=no_color,
+            verbose=verbose, as_json=as_json)
     _finish(result, as_json, no_color, quiet)

@@ -99,7 +99,7 @@ def _planned(plan: str | None, planner: str | None, goal: str | None,
     """
     from .. import api
     from ..errors import UsageError
-    from .planning import report_planned, round_note
+    from .planning import report_planned, round_note, said_if_interrupted
 
     if planner is None and goal is None:
         if plan is None:
@@ -114,9 +114,11 @@ def _planned(plan: str | None, planner: str | None, goal: str | None,
              verbose)
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
     given = guard(lambda: api.param_input(param or [], params_file), verbose, as_json)
-    done = guard(lambda: api.plan(settings, goal, planner, max_rounds=max_rounds,
-                                  given=given, concrete=True,
-                                  on_round=None if quiet else round_note), verbose, as_json)
+    with said_if_interrupted("no plan was written; nothing ran"):
+        done = guard(lambda: api.plan(settings, goal, planner, max_rounds=max_rounds,
+                                      given=given, concrete=True,
+                                      on_round=None if quiet else round_note),
+                     verbose, as_json)
     report_planned(done, as_json=False, quiet=quiet, show=False)
     return str(done.name), done.run_id
 
