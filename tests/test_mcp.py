@@ -694,3 +694,68 @@ def test_a_client_that_leaves_mid_run_changes_no_outcome(agent_project: Path) ->
     assert done["status"] == "completed", done
     assert [(s["id"], s["status"], s.get("error")) for s in done["steps"]] == [
         ("hold", "succeeded", None), ("loud", "succeeded", None)]
+
+
+RESOLVED = """
+planrun: 1
+name: resolved
+goal: Record, then wipe what the record says (cleared with its resolved value)
+steps:
+  - {id: first, tool: echo, arguments: {value: 1}}
+  - id: wipe
+    tool: wipe
+    depends_on: [first]
+    approve: resolved
+    arguments: {value: "{steps.first.output.value}"}
+"""
+
+SECRET = """
+planrun: 1
+name: secret
+goal: Wipe with a secret
+params:
+  token: {type: string, secret: true}
+steps:
+  - {id: wipe, tool: wipe, arguments: {value: "{params.token}"}}
+"""
+
+
+def test_what_an_agent_is_told_of_a_waiting_or_failed_run_is_true(agent_project: Path) -> None:
+    # The summary said "nothing has run" for an `approve: resolved` run whose first step
+    # had run; a run with a secret parameter's resume_run was told to "give -p token=VALUE
+    # to this command"; a failed run's summary did not name its failed step (found by a
+    # fresh operator).
+    (agent_project / "plans" / "resolved.yaml").write_text(RESOLVED)
+    (agent_project / "plans" / "secret.yaml").write_text(SECRET)
+    (agent_project / "plans" / "broke.yaml").write_text(
+        "planrun: 1\ngoal: Fail\nsteps:\n  - {id: first, tool: echo, arguments: {value: 1}}\n"
+        "  - {id: bad, tool: echo, depends_on: [first],\n"
+        "     arguments: {value: '{steps.first.output.nope}'}}\n")
+
+    async def body(session: ClientSession) -> Any:
+        return (await _call(session, "execute_plan", plan="resolved"),
+                await _call(session, "execute_plan", plan="secret",
+                            params={"token": "s3cr3t-value"}),
+                await _call(session, "resume_run", run="last"),
+                await _call(session, "execute_plan", plan="broke"))
+
+    resolved, secret, again, broke = _serve(agent_project, body)
+    assert resolved.structured_content["status"] == "awaiting_approval"
+    assert _effects(agent_project)[0] == "echo 1"  # first ran (broke's first too, below)
+    text = resolved.content[0].text
+    assert "nothing has run" not in text
+    assert "the steps before it ran (approve: resolved)" in text
+    assert secret.structured_content["status"] == "awaiting_approval"
+    text = secret.content[0].text
+    assert "nothing has run" in text
+    assert ("and params giving the secret parameter(s) 'token' again (a secret is never "
+            "journaled)") in text
+    assert "s3cr3t-value" not in text
+    assert again.is_error is True
+    error = again.structured_content["error"]
+    assert error["code"] == "param_missing"
+    assert "resume_run again with params" in error["hint"]
+    assert "-p " not in error["hint"]
+    assert broke.structured_content["status"] == "failed"
+    assert "; step bad failed: [" in broke.content[0].text
+    assert "Traceback" not in _server_err(agent_project)

@@ -481,6 +481,8 @@ class Session:
             outcome = self.driver.submit(lambda: api.resume(
                 self.settings, run, given, **_DEFERRED))
         except PlanrunError as exc:
+            if exc.code == "param_missing" and "secret" in exc.message:
+                exc.hint = SECRET_AGAIN_HINT  # it said: give -p NAME=VALUE to this command
             return _failure(exc, secrets)
         self.driver.abandoned += outcome.abandoned_calls
         return _outcome(outcome, secrets)
@@ -579,19 +581,50 @@ def _outcome(outcome: Any, secrets: dict[str, Any]) -> CallToolResult:
         data["next"] = command
         steps = ", ".join(f"{w.get('step')} ({w.get('reason')})" for w in waiting
                           if isinstance(w, dict))
-        summary = (f"run {run_id} is awaiting approval; nothing has run. Waiting for a "
+        # An `approve: resolved` step waits after the steps before it ran: "nothing has
+        # run" was false there (found by a fresh operator), as the CLI says it.
+        counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+        ran = ("nothing has run" if not any(counts.get(k) for k in (
+            "succeeded", "failed", "partial")) else "the steps before it ran (approve: "
+            "resolved)")
+        summary = (f"run {run_id} is awaiting approval; {ran}. Waiting for a "
                    f"person: {steps or 'see manifest'}. This server cannot clear a step: "
                    f"a person runs `{command}` (or `planrun deny {run_id}`), then call "
-                   f"resume_run with run {run_id!r}.")
+                   f"resume_run with run {run_id!r}{_secrets_again(m)}.")
     else:
         summary = f"run {run_id}: {status} (exit {outcome.exit_code})"
         if outcome.error is not None:
             summary += f"; error[{outcome.error.code}]: {outcome.error.message}"
+        for step in m.get("steps") or []:
+            error = step.get("error") if isinstance(step, dict) else None
+            if isinstance(error, dict) and step.get("status") in ("failed",
+                                                                  "indeterminate"):
+                # the failed step and why, not only "failed" (the manifest has the rest)
+                summary += (f"; step {step.get('id')} {step.get('status')}: "
+                            f"[{error.get('code')}] {error.get('message')}")
+                break
         if data["next"]:
             summary += f"; next: {data['next']}"
     if outcome.notes:
         summary += "\n" + "\n".join(f"note: {n}" for n in outcome.notes)
     return _result(data, summary, secrets=secrets)
+
+
+def _secrets_again(m: dict[str, Any]) -> str:
+    """``, with params giving NAME again ...`` for a run with secret parameters, or ``""``."""
+    params = m.get("params")
+    names = [n for n, v in params.items() if redact.display(v) != v] if isinstance(
+        params, dict) else []
+    if not names:
+        return ""
+    return (f" and params giving the secret parameter(s) {', '.join(map(repr, names))} "
+            "again (a secret is never journaled)")
+
+
+#: The hint of a resume_run whose run's secret was not given again: the CLI's names -p.
+SECRET_AGAIN_HINT = ("Call resume_run again with params holding the value of each secret "
+                     "parameter named (a secret is never journaled); nothing else of the "
+                     "plan changed.")
 
 
 class StrictArguments:
