@@ -308,3 +308,32 @@ def test_sigterm_while_the_planner_thinks_says_so(tmp_path: Path) -> None:
                 f"and {what}") in err
         assert "Traceback" not in err
     assert json.loads(planrun(root, "status", run_id, "--json").stdout)["status"] == "failed"
+
+
+def test_a_denied_repair_or_retry_child_points_back_at_its_parent(tmp_path: Path) -> None:
+    # A repair (or retry) from cron whose child had a step nobody could clear ended
+    # `denied` with next "planrun execute PLAN --approve STEP": that runs again the steps
+    # the parent had done (its build ran twice).
+    root = project(tmp_path)
+    tools = (root / "tools.yaml").read_text(encoding="utf-8")
+    (root / "tools.yaml").write_text(tools.replace(
+        "  copy:\n    description: Copy a file\n",
+        "  copy:\n    description: Copy a file\n    irreversible: true\n"), encoding="utf-8")
+    (root / "plans" / "publish.yaml").write_text(PUBLISH, encoding="utf-8")
+    failed = planrun(root, "execute", "publish", "--approve", "publish", "--json")
+    assert failed.returncode == 1, failed.stderr
+    parent = json.loads(failed.stdout)["run_id"]
+
+    for args, expected in (
+            (("repair", parent, "--planner", fixer()),
+             f"planrun repair {parent} --planner '{fixer()}' --approve publish"),
+            (("retry", parent), f"planrun retry {parent} --approve publish")):
+        denied = planrun(root, *args)
+        assert denied.returncode == 4, denied.stderr
+        assert "error[approval_required]" in denied.stderr
+        child = json.loads(planrun(root, "status", "last", "--json").stdout)
+        assert (child["status"], child["parent_run_id"]) == ("denied", parent)
+        assert child["next"] == expected
+    done = planrun(root, "repair", parent, "--planner", fixer(), "--approve", "publish")
+    assert done.returncode == 0, done.stderr
+    assert (root / "effects.txt").read_text(encoding="utf-8").splitlines() == ["build"]

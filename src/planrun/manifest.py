@@ -70,12 +70,23 @@ def _after_denial(journal: Journal, run: RunRecord) -> str:
     could be asked about: a run that ran unattended with steps left to clear is
     ``denied`` too, though nobody said no (its ``run_finished`` reason is
     ``approval_required``). Without this its status read as a person's refusal, with no
-    next step (found by a fresh operator).
+    next step (found by a fresh operator). A denied child of ``retry`` or ``repair``:
+    the same command on its parent (``planrun retry PARENT``, ``planrun repair PARENT
+    --planner P``), which keeps what the parent did.
     """
     import shlex
 
     again = _execute_again(run)
     events = journal.event_records(run.run_id)
+    if run.parent_run_id:
+        # A child of retry or repair holds steps its parent did: `execute` would do them
+        # all again (a cron retry or repair nobody could clear ended here; found by a
+        # fresh operator). The parent stays failed: retry (or repair) it again.
+        replanned = [e for e in events if e.kind == "replanned" and isinstance(e.data, dict)
+                     and e.data.get("planner")]
+        again = (["planrun", "repair", run.parent_run_id, "--planner",
+                  shlex.quote(str(replanned[-1].data["planner"]))] if replanned
+                 else ["planrun", "retry", run.parent_run_id])
     finished = [e for e in events if e.kind == "run_finished"]
     reason = finished[-1].data.get("reason") if finished and isinstance(
         finished[-1].data, dict) else None
