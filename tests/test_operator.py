@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1001,7 +1002,15 @@ def test_changed_plan_note_from_any_folder_and_in_explain(tmp_path: Path) -> Non
     gate.touch()
     res = run(app, "resume")
     assert res.returncode == 0, res
-    assert "planrun: note: plans/wait.yaml changed since run" in res.stderr
+    note = "planrun: note: plans/wait.yaml changed since run"
+    assert res.stderr.count(note) == 1, res.stderr
+    # said before any step runs (it matters to what is about to run), not after them
+    lines = res.stderr.splitlines()
+    first_step = next(i for i, line in enumerate(lines)
+                      if re.match(r"planrun: [\w-]+ started", line))
+    assert next(i for i, line in enumerate(lines) if note in line) < first_step, res.stderr
+    quiet = run(app, "resume", "-q")  # nothing left to do: refused, no note needed
+    assert "Traceback" not in quiet.stderr
 
 
 @pytest.mark.sqlite

@@ -447,8 +447,8 @@ def resume(settings: Settings, ref: str | None, given: ParamInput | None = None,
                                max_parallel=int(parallel), keep_going=bool(going),
                                state=found.state, progress=progress,
                                approver=None if defer_approval else approver,
-                               approve=set(approve or []), approve_all=approve_all)
-        outcome.notes.extend([note] if note else [])
+                               approve=set(approve or []), approve_all=approve_all,
+                               notes=[note] if note else [])
         return outcome
 
 

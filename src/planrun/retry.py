@@ -191,8 +191,8 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                            max_parallel=int(parallel), keep_going=keep_going, state=state,
                            progress=progress, also_leased=[parent_id],
                            approver=approver, approve=set(approve), approve_all=approve_all,
-                           begun=f"started (a {kind} of {parent_id})")
-    outcome.notes.extend([note] if note else [])
+                           begun=f"started (a {kind} of {parent_id})",
+                           notes=[note] if note else [])
     return outcome
 
 

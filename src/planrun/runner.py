@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import redact
@@ -225,7 +225,8 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
           fresh: bool = False, also_leased: list[str] | None = None,
           dispatcher: Dispatcher | None = None, approver: Any = None,
           approve: set[str] | frozenset[str] = frozenset(),
-          approve_all: bool = False, begun: str | None = None) -> RunOutcome:
+          approve_all: bool = False, begun: str | None = None,
+          notes: Sequence[str] = ()) -> RunOutcome:
     """Run the run's pending steps to the end, record its status.
 
     ``begun`` is how the display's first line says the run begins here (default:
@@ -259,6 +260,10 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
                         approve_all=approve_all)
     if progress is not None:
         _announce(progress, run_id, plan, begun or ("started" if fresh else "resumed"))
+        # before any step: a note that matters to what is about to run (the plan file
+        # edited since: resume and retry use the journaled plan) was printed after them
+        for note in notes:
+            progress("note", "", {"text": note})
         if fresh:
             _note_overlap(journal, progress, run_id, plan, settings)
     try:
@@ -282,4 +287,5 @@ def drive(journal: Journal, settings: Settings, plan: CheckedPlan, *, run_id: st
     return RunOutcome(manifest.build(journal, run_id),
                       signal_exit=(executor.signal_exit or EXIT_SIGINT
                                    if status == "interrupted" else None),
-                      abandoned_calls=executor.abandoned)
+                      abandoned_calls=executor.abandoned,
+                      notes=[] if progress is not None else list(notes))

@@ -116,6 +116,8 @@ def _special(kind: str, info: dict[str, Any]) -> None:
                  else f"kill -INT {os.getpid()} cancels them now")  # keyboard under cron
         err(f"planrun: interrupted; no new step starts. Waiting up to {info.get('grace_s')}"
             f" s for {n} running call(s); {again}.")
+    elif kind == "note":
+        err(f"planrun: note: {info.get('text')}")
     elif kind == "overlap":
         err(f"planrun: note: run {info.get('run_id')} of this plan is running now too "
             f"({info.get('owner')}); each run does all its steps, so both do them (a cron "
