@@ -117,6 +117,17 @@ def test_a_list_of_item_outputs_past_the_bound_fails_the_step_not_the_journal(
     assert len(out.stdout.strip()) == lengths[1] + 2  # the JSON string, quoted
 
 
+def test_one_byte_past_the_bound_fails(proj: CliProject) -> None:
+    """The measure is exact: quotes, commas and brackets count (one byte over fails)."""
+    lengths = [MAX_OUTPUT_BYTES // 2 - 4, MAX_OUTPUT_BYTES // 2 - 2]
+    assert _list_bytes(lengths) == MAX_OUTPUT_BYTES + 1
+    r = _run_with(proj, lengths)
+    assert r.returncode == 1, r
+    big = {s["id"]: s for s in r.json["steps"]}["big"]
+    assert big["error"]["code"] == "output", big
+    assert f"{MAX_OUTPUT_BYTES + 1:,} bytes" in big["error"]["message"], big
+
+
 def test_a_list_of_item_outputs_at_the_bound_is_kept(proj: CliProject) -> None:
     lengths = [MAX_OUTPUT_BYTES // 2 - 4, MAX_OUTPUT_BYTES // 2 - 3]
     assert _list_bytes(lengths) == MAX_OUTPUT_BYTES

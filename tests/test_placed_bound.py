@@ -189,3 +189,8 @@ def test_a_value_placed_again_is_counted_again_and_sized_once() -> None:
     assert placed.add(shared)
     assert placed.used == 2 * first
     assert not Placed("t", bound=10).add("x" * 11)
+    at = Placed("t", bound=10)
+    assert at.add("x" * 10)  # at the bound: kept
+    assert not at.over
+    assert not at.add("x")  # one more: past it, and it stays past
+    assert not at.add("")
