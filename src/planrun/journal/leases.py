@@ -98,6 +98,44 @@ class LeasesMixin(CallsMixin):
         with self._write() as c:
             return bool(c.execute(sql, args).rowcount == 1)
 
+    def unlock(self, run_id: str) -> str | None:
+        """``planrun unlock``: clear the run's lease and forget its recorded calls.
+
+        Unless a live process on this host holds the lease or runs a call of the run.
+        Checked in the transaction that clears them: a ``resume`` that took the lease
+        between a check and the clearing would have lost it to the unlock while it ran
+        (found by an attacker). Returns who held the lease, or None.
+
+        Raises:
+            RunError: ``unknown_run``; ``run_busy`` (exit 5).
+        """
+        from .. import procs
+
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT lease_owner, lease_epoch, lease_expires, "
+                f"lease_expires - {self.backend.NOW_SQL}, lease_boot, lease_start "
+                "FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunError(f"no run {run_id!r}", code="unknown_run")
+            lease = None if row[0] is None else lease_record(row)
+            if lease is not None and lease.holder_alive() is True and not lease.expired:
+                raise RunError(f"run {run_id}'s lease is held by a live process on this "
+                               f"host ({lease.owner})", code="run_busy",
+                               hint="Stop that process (Ctrl-C or SIGTERM) instead.")
+            for _rid, sid, _item, group, _ts in self._call_rows(c, [run_id]):
+                if procs.group_alive(group) is True:
+                    raise RunError(f"run {run_id}: the call of step {sid!r} still runs on "
+                                   f"this host (process group {group.pgid})",
+                                   code="run_busy", hint="Wait for it to end, or end it "
+                                   f"(kill -TERM -{group.pgid}).")
+            # what was recorded on another host cannot be checked from here: the person
+            # unlocking says it is over (SPEC §7 "planrun unlock")
+            c.execute("DELETE FROM call_groups WHERE run_id = ?", (run_id,))
+            c.execute("UPDATE runs SET lease_owner = NULL, lease_expires = NULL, "
+                      "lease_boot = NULL, lease_start = NULL WHERE run_id = ?", (run_id,))
+        return None if lease is None else lease.owner
+
     def release_lease(self, run_id: str, owner: str | None = None) -> str | None:
         """Clear the lease (only ``owner``'s when given); returns who held it.
 
