@@ -9,6 +9,7 @@ the order is certain, not a matter of luck.
 from __future__ import annotations
 
 import sqlite3
+import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -19,6 +20,15 @@ from planrun_cli import TIMEOUT_S, CliProject
 
 TOOLS = """
 tools:
+  flaky:
+    description: Fails unless its file exists
+    python: crashtools:flaky
+    arguments:
+      type: object
+      properties:
+        file: {type: string}
+      required: [file]
+      additionalProperties: false
   once:
     description: A python effect that must not happen twice
     python: crashtools:record
@@ -103,3 +113,96 @@ def test_unlock_never_releases_a_lease_taken_while_it_checked(proj: CliProject) 
     assert run.lease is not None, run
     assert run.lease.owner == owner, run
     assert proj.integrity() == "ok"
+
+
+#: A planner that waits until ``parties`` planners are inside it at once (a folder of
+#: markers), then proposes a one-step plan named by its argument.
+MEETING_PLANNER = """
+import json, sys, time
+from pathlib import Path
+
+request = json.load(sys.stdin)
+room, label, parties = Path("room"), sys.argv[1], int(sys.argv[2])
+room.mkdir(exist_ok=True)
+(room / label).touch()
+deadline = time.monotonic() + 60
+while len(list(room.iterdir())) < parties and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(json.dumps({"planrun": 1, "goal": request["goal"],
+                  "steps": [{"id": label, "tool": "once", "arguments": {"label": label}}]}))
+"""
+
+
+def test_two_plans_of_one_name_at_once_write_one_revision_after_the_other(
+        proj: CliProject) -> None:
+    """Two ``planrun plan --name N`` at once: revisions 1 and 2, never two revision 1s.
+
+    Each read the file (none yet) before its planner answered, then wrote "revision 1
+    (new)": the second plan replaced the first without a trace in its session (found by
+    an attacker).
+    """
+    proj.write("planner.py", MEETING_PLANNER)
+    procs = [proj.start("plan", "greet", "--name", "greet", "--json", "--planner",
+                        f"cmd:{sys.executable} planner.py {label} 2", name=label)
+             for label in ("one", "two")]
+    done = [proj.finish(p) for p in procs]
+    for r in done:
+        assert r.returncode == 0, r
+    by_revision = {r.json["revision"]: r.json for r in done}
+    assert sorted(by_revision) == [1, 2], done
+    first, second = by_revision[1], by_revision[2]
+    assert (first["previous_revision"], second["previous_revision"]) == (None, 1)
+    text = (proj.root / "plans" / "greet.yaml").read_text()
+    assert "revision: 2" in text
+    assert f"id: {second['plan']['steps'][0]['id']}" in text
+    log = proj.run("log", second["run_id"], "--json").json
+    (planned,) = [e["data"] for e in log if e["kind"] == "planned"]
+    assert planned["previous"]["revision"] == 1
+    assert f"id: {first['plan']['steps'][0]['id']}" in planned["previous"]["content"]
+
+
+#: A repair planner that meets another one (as :data:`MEETING_PLANNER`), then proposes
+#: the failed run's plan with the failing step's file made one that exists.
+MEETING_REPAIRER = """
+import json, sys, time
+from pathlib import Path
+
+request = json.load(sys.stdin)
+room, label, parties = Path("room"), sys.argv[1], int(sys.argv[2])
+room.mkdir(exist_ok=True)
+(room / label).touch()
+deadline = time.monotonic() + 60
+while len(list(room.iterdir())) < parties and time.monotonic() < deadline:
+    time.sleep(0.02)
+plan = request["run"]["plan"]
+for step in plan["steps"]:
+    if step["id"] == "f":
+        step["arguments"] = {"file": "tools.yaml"}
+print(json.dumps(plan))
+"""
+
+
+def test_two_repairs_of_one_plan_at_once_write_one_revision_after_the_other(
+        proj: CliProject) -> None:
+    """Repairs of two failed runs of one plan at once: revisions 2 and 3 of its file.
+
+    Both read revision 1 before their planners answered and wrote revision 2, the second
+    over the first (the sibling of two ``planrun plan`` at once).
+    """
+    proj.plan("fix", """
+        planrun: 1
+        goal: A step that fails until its file exists
+        steps:
+          - {id: f, tool: flaky, arguments: {file: missing}}
+    """)
+    failed = [proj.run("execute", "fix", "--json").json["run_id"] for _ in range(2)]
+    proj.write("planner.py", MEETING_REPAIRER)
+    procs = [proj.start("repair", run_id, "--json", "--planner",
+                        f"cmd:{sys.executable} planner.py {run_id} 2", name="repair")
+             for run_id in failed]
+    done = [proj.finish(p) for p in procs]
+    for r in done:
+        assert r.returncode == 0, r
+        assert r.json["status"] == "completed", r
+    assert sorted(r.json["plan"]["revision"] for r in done) == [2, 3], done
+    assert "revision: 3" in (proj.root / "plans" / "fix.yaml").read_text()

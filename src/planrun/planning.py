@@ -18,11 +18,12 @@ and writes the accepted plan:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -152,6 +153,34 @@ def _write(path: Path, text: str) -> None:
         with _suppress():
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock (POSIX ``flock``) on ``folder`` for the block.
+
+    Taken by whatever reads a plan file's revision and writes the next one (``plan``,
+    ``repair``), so that two of them at once write one revision after the other. The
+    folder is created when missing (as :func:`_write` would); where it cannot be opened
+    or locked, the block runs unlocked (the write then says what is wrong).
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _suppress() -> Any:
@@ -316,22 +345,28 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
     data = accepted.data
     own = data.get("name")
     final_name = name or (own if plain_name(own) else slug(goal))
-    # The file being replaced, read again now: a planner's rounds can take minutes, and a
-    # revision saved meanwhile (by a person, or another planrun plan) was overwritten by a
-    # lower revision and lost from the journal too (found by a fresh operator).
-    before = _existing(settings, final_name, out)
-    prev_data, prev_text, prev_rev = _previous(before)
-    target = Path(out) if out is not None else (
-        before or settings.plans_dir / f"{final_name}.yaml")
-    revision = 1 if before is None else (prev_rev or 0) + 1
-    final: dict[str, Any] = {"planrun": data.get("planrun", 1), "name": final_name,
-                             "revision": revision}
-    final.update({k: v for k, v in data.items() if k not in ("planrun", "name", "revision")})
-    text = render(final, target.suffix)
+    target = Path(out) if out is not None else settings.plans_dir / f"{final_name}.yaml"
     try:
-        if target.exists() and not target.is_file():  # a device, a FIFO: never replaced
-            raise OSError(0, "not a regular file")
-        _write(target, text)
+        # The file being replaced is read again now, and written under the folder's lock:
+        # a planner's rounds can take minutes, and a revision saved meanwhile (by a person)
+        # was overwritten by a lower revision and lost from the journal too (found by a
+        # fresh operator); two `planrun plan` of one name at once both wrote "revision 1
+        # (new)", the second over the first (found by an attacker): now the second is the
+        # next revision of the first.
+        with folder_lock(Path(out).parent if out is not None else Path(settings.plans_dir)):
+            before = _existing(settings, final_name, out)
+            prev_data, prev_text, prev_rev = _previous(before)
+            target = Path(out) if out is not None else (
+                before or settings.plans_dir / f"{final_name}.yaml")
+            revision = 1 if before is None else (prev_rev or 0) + 1
+            final: dict[str, Any] = {"planrun": data.get("planrun", 1), "name": final_name,
+                                     "revision": revision}
+            final.update({k: v for k, v in data.items()
+                          if k not in ("planrun", "name", "revision")})
+            text = render(final, target.suffix)
+            if target.exists() and not target.is_file():  # a device, a FIFO: never replaced
+                raise OSError(0, "not a regular file")
+            _write(target, text)
     except OSError as exc:
         session.fail({"code": "usage", "message": f"cannot write {target}: "
                       f"{exc.strerror or exc}"})

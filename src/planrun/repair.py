@@ -258,7 +258,15 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
         request_base,
         resolve_planner,
     )
-    from .planning import _existing, _previous, _write, plain_name, render, slug
+    from .planning import (
+        _existing,
+        _previous,
+        _write,
+        folder_lock,
+        plain_name,
+        render,
+        slug,
+    )
     from .retry import start_child
 
     with Journal(settings.journal, write=True) as journal:
@@ -314,31 +322,37 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
                         f"for more rounds), or run it as it was with planrun retry "
                         f"{parent_id}.")
         raise
-    before = _plan_home(settings, row) or _existing(settings, row.plan_name, None)
-    _prev_data, prev_text, prev_rev = _previous(before)
-    revision = max(row.revision, prev_rev or 0) + 1
-    final = revised(accepted.data, row.plan_name, revision)
-    plan = _checked(settings, row, final, given)
-    check_approve(approve or [], plan)  # a usage error before anything is written
     # A plan name that is no plain file name (a `name:` with '/' or '..', or one ending
     # '.yaml') is not a path.
     stem = row.plan_name if plain_name(row.plan_name) else slug(row.plan_name)
-    target = before or settings.plans_dir / f"{stem}.yaml"
-    shown = journaled_path(Path(target), settings)
-    previous = None if before is None else {
-        "file": journaled_path(before, settings), "revision": prev_rev,
-        "content": params.secrets().conceal_text(prev_text or "")}
     owner = lease_owner()
     with Journal(settings.journal, write=True) as journal:
         # The parent's lease is held for the whole child run (as retry does), and taken
         # before the file is written: a second repair at once writes nothing.
         journal.take_lease(parent_id, owner, statuses=("failed",))
         try:
-            try:
-                _write(target, render(final, target.suffix))
-            except OSError as exc:
-                raise UsageError(f"cannot write the revised plan to {target}: "
-                                 f"{exc.strerror or exc}") from None
+            # The file is read again and written under its folder's lock: a `plan` or a
+            # repair of another run of the plan at once gets the revision after this one
+            # (found by an attacker). The run's own file first (found by a fresh operator).
+            home = _plan_home(settings, row)
+            with folder_lock(Path(home).parent if home is not None
+                             else Path(settings.plans_dir)):
+                before = _plan_home(settings, row) or _existing(settings, row.plan_name, None)
+                _prev_data, prev_text, prev_rev = _previous(before)
+                revision = max(row.revision, prev_rev or 0) + 1
+                final = revised(accepted.data, row.plan_name, revision)
+                plan = _checked(settings, row, final, given)
+                check_approve(approve or [], plan)  # a usage error before anything is written
+                target = before or settings.plans_dir / f"{stem}.yaml"
+                shown = journaled_path(Path(target), settings)
+                previous = None if before is None else {
+                    "file": journaled_path(before, settings), "revision": prev_rev,
+                    "content": params.secrets().conceal_text(prev_text or "")}
+                try:
+                    _write(target, render(final, target.suffix))
+                except OSError as exc:
+                    raise UsageError(f"cannot write the revised plan to {target}: "
+                                     f"{exc.strerror or exc}") from None
             if on_written is not None:
                 was = "new" if before is None else f"was {prev_rev}"
                 on_written(f"wrote plan {row.plan_name!r} revision {revision} ({was}) to "
