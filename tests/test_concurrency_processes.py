@@ -197,6 +197,42 @@ def test_a_second_retry_never_calls_a_step_the_first_one_died_in(proj: CliProjec
     assert proj.counts() == {"a": 1, "b": 1}
 
 
+
+def test_a_retry_while_a_resume_drives_the_first_retry_is_refused(proj: CliProject) -> None:
+    """The first retry was killed; ``resume`` drives its child. A second retry of the parent
+    made a child of its own that stopped at the key the resume was calling, left
+    ``running`` with nobody driving it, and named it the parent's "retried as" (found by
+    an attacker). Now it is refused (``run_busy``) before anything is written."""
+    proj.plan("fixed", """
+        planrun: 1
+        goal: A step that fails until fixed, then one that holds until released
+        steps:
+          - {id: b, tool: gate, arguments: {fix: fix, hold: fix}}
+          - {id: w, tool: wait, depends_on: [b], arguments: {file: go}}
+    """)
+    r = proj.run("execute", "fixed", "--json")
+    assert r.returncode == 1, r
+    parent = r.json["run_id"]
+    proj.touch("fix")
+    first = proj.start("retry", parent, "--json", name="retry")
+    proj.wait_started("w", first)  # b succeeded; the child waits in w (idempotent)
+    proj.kill_group(first)
+    first.wait()
+    (child,) = [c for c in proj.probe().run_ids() if c != parent]
+    resume = proj.start("resume", child, "--json", name="resume")
+    proj.wait_started("w", resume, count=2)
+
+    again = proj.run("retry", parent, "--json")
+    assert again.returncode == 5, again
+    assert again.error_code == "run_busy", again
+    assert child in again.json["error"]["message"], again
+    assert sorted(proj.probe().run_ids()) == sorted([parent, child])  # no third run
+    proj.touch("go")
+    done = proj.finish(resume)
+    assert done.returncode == 0, done
+    assert done.json["status"] == "completed", done
+    assert proj.counts() == {"b": 1, "w": 1}
+
 PARTIES = 3
 
 

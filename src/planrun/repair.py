@@ -267,7 +267,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
         render,
         slug,
     )
-    from .retry import start_child
+    from .retry import refuse_driven_child, start_child
 
     with Journal(settings.journal, write=True) as journal:
         parent_id = journal.resolve_run_id(run_ref)
@@ -331,6 +331,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
         # before the file is written: a second repair at once writes nothing.
         journal.take_lease(parent_id, owner, statuses=("failed",))
         try:
+            refuse_driven_child(journal, parent_id)
             # The file is read again and written under its folder's lock: a `plan` or a
             # repair of another run of the plan at once gets the revision after this one
             # (found by an attacker). The run's own file first (found by a fresh operator).

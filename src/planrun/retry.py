@@ -64,11 +64,32 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
         # once would both re-run its failed steps.
         journal.take_lease(parent_id, owner, statuses=allowed)
         try:
+            refuse_driven_child(journal, parent_id)
             return _retry_child(journal, settings, row, given, owner, approve or [],
                                 approve_all, approver, max_parallel, keep_going, progress,
                                 from_step)
         finally:
             journal.release_lease(parent_id, owner)
+
+
+def refuse_driven_child(journal: Journal, parent_id: str) -> None:
+    """``run_busy`` while a child run of ``parent_id`` (a retry or repair) is driven.
+
+    A retry killed leaves its child to ``resume``; a second retry of the parent while that
+    resume runs made a child whose first call found the key taken, and stopped, left
+    ``running`` with nobody driving it and named the parent's "retried as" (found by an
+    attacker). Checked with the parent's lease held, before anything is written.
+
+    Raises:
+        RunError: ``run_busy`` (exit 5).
+    """
+    for child in journal.child_run_ids(parent_id):
+        lease = journal.lease(child)
+        if lease is not None and lease.driven():
+            raise RunError(f"run {parent_id} has a retry, {child}, that another process "
+                           f"drives now ({lease.owner})", code="run_busy",
+                           hint=f"Wait for it to finish (planrun log {child} --follow); "
+                           f"if it fails, retry it: planrun retry {child}.")
 
 
 def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
