@@ -1,9 +1,10 @@
 """Races of the commands other than ``execute`` on one journal (SPEC §7 "Leases").
 
-Real ``planrun`` processes on a real SQLite file. Where a race needs one process to act
-inside another's window, the test holds the journal's write lock (``BEGIN IMMEDIATE`` on
-its own connection, as any other writer would) and does the other side's write in it, so
-the order is certain, not a matter of luck.
+Real ``planrun`` processes on a real SQLite file and a PostgreSQL server. Where a race
+needs one process to act inside another's window, the test holds the journal's write lock
+(``BEGIN IMMEDIATE`` on its own connection; PostgreSQL: the journal's advisory lock), as
+any other writer would, and does the other side's write in it, so the order is certain,
+not a matter of luck.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ steps:
 
 
 @pytest.fixture
-def proj(cli: CliProject) -> CliProject:
+def proj(journal_location: object, cli: CliProject) -> CliProject:
+    """The project, journaled on each backend (SQLite file, PostgreSQL database)."""
     cli.tools(TOOLS)
     cli.plan("chain", CHAIN)
     return cli
@@ -64,34 +66,26 @@ def _opened(pid: int, journal: Path) -> bool:
         return False
 
 
-def _take_lease_as_this_process(conn: sqlite3.Connection, run_id: str) -> str:
-    """In ``conn``'s open transaction, give the run's lease to this (live) test process.
+def _lease_row() -> tuple[str, str | None, int | None]:
+    """(owner, boot id, start ticks) of a lease held by this (live) test process.
 
-    The same row a ``planrun resume`` writes when it takes the lease; returns the owner.
+    The row a ``planrun resume`` of this process would write when it takes a lease.
     """
     from planrun.journal.records import holder_identity
     from planrun.journal.store import lease_owner
 
     owner = lease_owner()
-    boot, start = holder_identity(owner)
-    conn.execute("UPDATE runs SET lease_owner = ?, lease_epoch = lease_epoch + 1, "
-                 "lease_expires = ((julianday('now') - 2440587.5) * 86400.0) + 30, "
-                 "lease_boot = ?, lease_start = ? WHERE run_id = ?",
-                 (owner, boot, start, run_id))
-    return owner
+    return (owner, *holder_identity(owner))
 
 
-@pytest.mark.sqlite
-def test_unlock_never_releases_a_lease_taken_while_it_checked(proj: CliProject) -> None:
-    """``unlock`` checks the holder and clears the lease in one transaction.
+#: The lease a live process takes: the same UPDATE as ``take_lease``, by each database's
+#: clock (SQLite ``?`` parameters, PostgreSQL ``%s``).
+TAKE = ("UPDATE runs SET lease_owner = ?, lease_epoch = lease_epoch + 1, "
+        "lease_expires = {now} + 30, lease_boot = ?, lease_start = ? WHERE run_id = ?")
 
-    It read the lease of a dead process, then cleared whatever lease the run had by then:
-    a ``resume`` that took the run over in between lost its lease while it ran, its calls
-    cancelled (found by an attacker: 2 in 40 tries of resume and unlock at once).
-    """
-    r = proj.run("execute", "chain", "--json", crash="outcome:a")
-    assert r.returncode == -9, r
-    (run_id,) = proj.probe().run_ids()
+
+def _unlock_racing_a_takeover_on_sqlite(proj: CliProject, run_id: str) -> str:
+    """Start ``unlock``; while it waits for the write lock, a live process takes the lease."""
     assert isinstance(proj.journal, Path)
     with closing(sqlite3.connect(proj.journal, isolation_level=None, timeout=TIMEOUT_S)
                  ) as conn:
@@ -103,9 +97,57 @@ def test_unlock_never_releases_a_lease_taken_while_it_checked(proj: CliProject) 
             assert time.monotonic() < deadline, "unlock never opened the journal"
             time.sleep(0.02)
         time.sleep(1.0)  # it reads what it reads, then waits for the write lock
-        owner = _take_lease_as_this_process(conn, run_id)  # a live process took the run
+        owner, boot, start = _lease_row()
+        conn.execute(TAKE.format(now="((julianday('now') - 2440587.5) * 86400.0)"),
+                     (owner, boot, start, run_id))
         conn.execute("COMMIT")
-    done = proj.finish(unlock)
+    return owner
+
+
+def _unlock_racing_a_takeover_on_postgres(proj: CliProject, run_id: str) -> str:
+    """The same on PostgreSQL: the journal's write lock is its advisory lock.
+
+    ``pg_locks`` shows when ``unlock`` waits for it, so no sleep is needed.
+    """
+    import psycopg
+
+    from planrun.journal.backends.postgres import WRITE_LOCK
+
+    assert isinstance(proj.journal, str)
+    with psycopg.connect(proj.journal) as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        unlock = proj.start("unlock", run_id, "--json", name="unlock")
+        deadline = time.monotonic() + TIMEOUT_S
+        with psycopg.connect(proj.journal, autocommit=True) as watch:
+            while not watch.execute("SELECT count(*) FROM pg_locks WHERE locktype = "
+                                    "'advisory' AND NOT granted").fetchone()[0]:
+                assert unlock.poll() is None, proj.output_of(unlock)
+                assert time.monotonic() < deadline, "unlock never waited for the lock"
+                time.sleep(0.02)
+        owner, boot, start = _lease_row()
+        conn.execute(TAKE.replace("?", "%s").format(
+            now="EXTRACT(EPOCH FROM clock_timestamp())::double precision"),
+            (owner, boot, start, run_id))
+        conn.commit()
+    return owner
+
+
+def test_unlock_never_releases_a_lease_taken_while_it_checked(proj: CliProject) -> None:
+    """``unlock`` checks the holder and clears the lease in one transaction.
+
+    It read the lease of a dead process, then cleared whatever lease the run had by then:
+    a ``resume`` that took the run over in between lost its lease while it ran, its calls
+    cancelled (found by an attacker: 2 in 40 tries of resume and unlock at once). Here
+    the test process is the live one that takes the lease while unlock waits to write.
+    """
+    r = proj.run("execute", "chain", "--json", crash="outcome:a")
+    assert r.returncode == -9, r
+    (run_id,) = proj.probe().run_ids()
+    if isinstance(proj.journal, Path):
+        owner = _unlock_racing_a_takeover_on_sqlite(proj, run_id)
+    else:
+        owner = _unlock_racing_a_takeover_on_postgres(proj, run_id)
+    done = proj.finish(proj.procs[-1])
     assert done.returncode == 5, done
     assert done.error_code == "run_busy", done
     assert len(done.stderr.strip().splitlines()) == 2, done  # the message and its hint
