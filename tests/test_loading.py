@@ -257,6 +257,27 @@ def test_alias_bound_is_on_the_expanded_size() -> None:
     assert [i.code for i in refused(_aliased(101))] == ["too_large"]
 
 
+def _long_aliased(copies: int) -> str:
+    """A 1 MiB string anchored once and aliased ``copies`` times: few nodes, much text."""
+    return "a: &a '" + "y" * (1 << 20) + "'\nb: [" + ",".join(["*a"] * copies) + "]\n"
+
+
+@pytest.mark.usefixtures("alarm")
+def test_aliases_of_a_long_value_are_bounded_in_characters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a review: 3,000 aliases of a 1 MB string (a 1 MB plan, 3,001 nodes) made
+    3 GB of strings and 6 GB of memory in ``validate``; 30,000 would have taken the
+    machine. The bound on nodes never saw it; one on characters does (64 Mi added)."""
+    assert loading.MAX_ALIAS_CHARS == 64 * 1024 * 1024
+    # each alias adds the string's 1,048,576 characters and one for its node
+    assert len(data_of(_long_aliased(63))["b"]) == 63
+    monkeypatch.setattr(yamltext, "_construct", lambda *_a: pytest.fail("expanded"))
+    issues = refused(_long_aliased(64))
+    assert [i.code for i in issues] == ["too_large"]
+    assert "characters" in issues[0].message
+    assert [i.code for i in refused(_long_aliased(3000))] == ["too_large"]
+
+
 def test_small_aliases_are_accepted_and_expanded() -> None:
     text = """\
 defaults: &defaults {retries: {max_attempts: 3}, timeout: 60}

@@ -4,8 +4,9 @@ YAML is read with YAML 1.2 *core* typing: only ``true``/``false`` (any case vari
 core schema lists) are booleans, ``yes``/``no``/``on``/``off``, dates and ``1:30`` stay
 strings, ``012`` is the decimal 12 and octal needs ``0o``. Duplicate keys are refused
 (``duplicate_key``) in YAML and JSON. Aliases are allowed but bounded: a document whose
-aliases would expand past :data:`MAX_ALIAS_EXPANSION` nodes is refused (``too_large``)
-without being expanded. Files over :data:`MAX_FILE_BYTES` are refused (``too_large``).
+aliases would expand past :data:`MAX_ALIAS_EXPANSION` nodes, or past
+:data:`MAX_ALIAS_CHARS` characters, is refused (``too_large``) without being expanded.
+Files over :data:`MAX_FILE_BYTES` are refused (``too_large``).
 
 Every loaded :class:`Document` can point a JSON Pointer back at the line and column of its
 node (:meth:`Document.locate`), computed only when an issue needs it.
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 MAX_FILE_BYTES = 64 * 1024 * 1024
 #: Nodes that alias expansion may add to a document beyond what is written in it.
 MAX_ALIAS_EXPANSION = 100_000
+#: Characters (of scalars and keys, one more a node) that alias expansion may add: a long
+#: anchored string aliased a few thousand times is few nodes but gigabytes.
+MAX_ALIAS_CHARS = 64 * 1024 * 1024
 #: Deepest nesting of mappings/sequences accepted.
 MAX_DEPTH = 200
 

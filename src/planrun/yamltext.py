@@ -18,6 +18,7 @@ import yaml
 
 from .issues import Issue
 from .loading import (
+    MAX_ALIAS_CHARS,
     MAX_ALIAS_EXPANSION,
     MAX_DEPTH,
     Document,
@@ -121,15 +122,18 @@ def _clip(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
-def _expanded_size(root: yaml.Node) -> tuple[int, int]:
-    """(nodes as written, nodes after alias expansion); stops counting past the bound.
+def _expanded_size(root: yaml.Node) -> tuple[int, int, int, int]:
+    """(nodes as written, nodes after alias expansion, and the same in characters).
 
     Aliases share node objects, so the written size counts distinct nodes and the expanded
     size counts every occurrence, memoised per node so a billion-laughs document costs
-    only as much as its written size.
+    only as much as its written size. The characters are those of the scalars (keys
+    too), one more for each node: an anchored long string aliased a few thousand times
+    is few nodes but gigabytes (a 1 MB plan made 3 GB of strings in `validate`).
     """
-    memo: dict[int, int] = {}
-    distinct = 0
+    memo: dict[int, tuple[int, int]] = {}
+    distinct = chars = 0
+    cap = 1 << 62
     # Iterative post-order walk: a deep document must not exhaust the C stack.
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -138,8 +142,10 @@ def _expanded_size(root: yaml.Node) -> tuple[int, int]:
         if key in memo and not children_done:
             continue
         if isinstance(node, yaml.ScalarNode):
-            memo[key] = 1
+            size = len(node.value) + 1
+            memo[key] = (1, size)
             distinct += 1
+            chars += size
             continue
         kids: list[yaml.Node]
         if isinstance(node, yaml.MappingNode):
@@ -147,20 +153,24 @@ def _expanded_size(root: yaml.Node) -> tuple[int, int]:
         else:
             kids = list(node.value)
         if not children_done:
-            memo[key] = -1  # in progress (a recursive alias would loop)
+            memo[key] = (-1, -1)  # in progress (a recursive alias would loop)
             stack.append((node, True))
             for kid in kids:
-                if memo.get(id(kid)) == -1:
+                if memo.get(id(kid)) == (-1, -1):
                     raise RecursionError("recursive alias")
                 if id(kid) not in memo:
                     stack.append((kid, False))
             continue
         distinct += 1
-        total = 1
+        chars += 1
+        nodes = size = 1
         for kid in kids:
-            total += memo[id(kid)]
-        memo[key] = min(total, 1 << 62)
-    return distinct, memo[id(root)]
+            kid_nodes, kid_size = memo[id(kid)]
+            nodes += kid_nodes
+            size += kid_size
+        memo[key] = (min(nodes, cap), min(size, cap))
+    nodes, size = memo[id(root)]
+    return distinct, nodes, chars, size
 
 
 def _construct(root: yaml.Node, file: str | None) -> Any:
@@ -246,10 +256,10 @@ def parse_yaml(text: str, file: str | None) -> Document:
         return Document(data=None, file=file, text=text, kind="yaml", _root=None,
                         _composed=True)
     # Aliases need anchors (``&name``): without a ``&`` anywhere there is nothing to expand.
-    distinct = expanded = 0
+    distinct = expanded = chars = expanded_chars = 0
     if "&" in text:
         try:
-            distinct, expanded = _expanded_size(root)
+            distinct, expanded, chars, expanded_chars = _expanded_size(root)
         except RecursionError:
             raise DocumentError([_issue("syntax", "an alias refers to the node that contains "
                                         "it", file, root.start_mark)]) from None
@@ -259,6 +269,12 @@ def parse_yaml(text: str, file: str | None) -> Document:
             f"aliases would expand this document by {expanded - distinct:,} nodes "
             f"(bound: {MAX_ALIAS_EXPANSION:,}); write the values out or use fewer aliases",
             file, root.start_mark)])
+    if expanded_chars - chars > MAX_ALIAS_CHARS:
+        raise DocumentError([_issue(
+            "too_large",
+            f"aliases would expand this document by {expanded_chars - chars:,} characters "
+            f"(bound: {MAX_ALIAS_CHARS:,}, 64 Mi); write the values out or use fewer "
+            "aliases of long values", file, root.start_mark)])
     data = _construct(root, file)
     # A lone surrogate in the data comes from the text itself or from a \u / \U escape
     # (YAML's other escapes give no surrogate): without either, no string needs a look.
