@@ -16,8 +16,8 @@ ISSUE_CODES: dict[str, str] = {
     "registry": "`tools.yaml` is invalid (file-level issue)",
     "config": "`planrun.toml` is invalid (file-level issue)",
     "too_large": "the file, or what its aliases expand to, is over the size bound; or the "
-                 "values its `{params.X}` placeholders place come to more than 64 MiB (each "
-                 "counted every time it is placed)",
+                 "values its `{params.X}` placeholders place come to more than 64 Mi "
+                 "characters (each counted every time it is placed)",
     "not_found": "no plan of that name (message lists those that exist)",
     "bad_name": "plan name escapes the plans folder",
     "syntax": "the file is not valid YAML/JSON",
