@@ -266,9 +266,11 @@ def deny(journal: Journal, ref: str, *, reason: str | None = None) -> str:
     with _held(journal, ref, "deny") as run_id:
         who = user_name()
         left = waiting(journal, run_id) or _asked(journal, run_id)
+        # the denials and the run's end in one transaction: killed between them, the run
+        # stayed waiting with some of its steps denied (found by an attacker)
         for r in left:
             record_decision(journal, run_id, r, Decision(r.step_id, False, who, "flag",
-                                                         reason or "denied"))
+                                                         reason or "denied"), defer=True)
         journal.finish_run(run_id, "denied", {"reason": "approval_denied", "by": who,
                                               **({"why": reason} if reason else {})})
         return run_id

@@ -243,8 +243,11 @@ def _deny(journal: Journal, run_id: str, on_deny: str | None, reason: str) -> No
 
 
 def record_decision(journal: Journal, run_id: str, request: ApprovalRequest,
-                    d: Decision) -> None:
-    """Journal one decision (who, how, the digest of the arguments it is bound to)."""
+                    d: Decision, *, defer: bool = False) -> None:
+    """Journal one decision (who, how, the digest of the arguments it is bound to).
+
+    ``defer``: in the journal's next write transaction, not one of its own.
+    """
     journal.record_approval(run_id=run_id, step_id=d.step_id, tool=request.tool,
                             digest=request.digest, granted=d.granted, decided_by=d.decided_by,
-                            method=d.method, reason=d.reason)
+                            method=d.method, reason=d.reason, defer=defer)

@@ -495,3 +495,44 @@ def test_api_execute_defer_approval_never_asks_and_reports_exit_4(proj: CliProje
     outcome = api.resume(settings, run_id, defer_approval=True)
     assert outcome.exit_code == 0, outcome.manifest
     assert proj.counts() == {"prep": 1, "drop": 1, "purge": 1}
+
+
+def test_deny_writes_its_denials_and_the_runs_end_at_once(
+        tmp_path: Any, sqlite_commits: list[int]) -> None:
+    """Found by an attacker: each denial was a transaction of its own, and the run ended in
+    another; killed between them, the run stayed waiting with some of its steps denied.
+    Now the denials of every waiting step and the run's end share one transaction: the
+    transactions ``deny`` makes do not grow with the steps it denies."""
+    from conftest import Project
+    from planrun import api
+    from planrun.validation import ParamInput
+
+    made = []
+    for waiting_steps in (1, 4):
+        project = Project(tmp_path / f"p{waiting_steps}")
+        project.root.mkdir()
+        project.write_tools("""\
+            tools:
+              danger:
+                description: An effect that cannot be undone
+                python: basictools:echo
+                irreversible: true
+                arguments: {type: object}
+            """)
+        steps = "".join(f"  - {{id: d{i}, tool: danger, arguments: {{n: {i}}}}}\n"
+                        for i in range(waiting_steps))
+        project.write("plans/w.yaml", f"planrun: 1\ngoal: effects\nsteps:\n{steps}")
+        settings = project.settings()
+        out = api.execute(settings, "w", ParamInput(), defer_approval=True)
+        assert isinstance(out, api.RunOutcome)
+        run_id = out.manifest["run_id"]
+        assert out.manifest["status"] == "awaiting_approval"
+        before = len(sqlite_commits)
+        m = api.deny(settings, run_id, reason="not tonight")
+        made.append(len(sqlite_commits) - before)
+        assert m["status"] == "denied"
+        events = [e["kind"] for e in api.log(settings, run_id)[1]]
+        assert events.count("approval_denied") == waiting_steps
+        # the denials come just before the run's end, in one transaction
+        assert events[-1] == "run_finished"
+    assert made[0] == made[1], made  # was 1 + one per step

@@ -81,10 +81,15 @@ class RunsMixin(CallsMixin):
 
     def record_approval(self, *, run_id: str, step_id: str, tool: str, digest: str,
                         granted: bool, decided_by: str, method: str, reason: str | None,
-                        item: int | None = None) -> None:
-        """Journal one approval decision with its ``approval_granted|denied`` event."""
+                        item: int | None = None, defer: bool = False) -> None:
+        """Journal one approval decision with its ``approval_granted|denied`` event.
+
+        ``defer``: written in the next write transaction (with what it writes, at once),
+        not in one of its own.
+        """
         ts = now()
-        with self._write() as c:
+
+        def write(c: Any) -> None:
             c.execute(
                 "INSERT INTO approvals (run_id, step_id, item_index, tool, digest, granted, "
                 "decided_by, method, decided_at, reason) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -97,6 +102,8 @@ class RunsMixin(CallsMixin):
                         step_id=step_id, item=item,
                         data={"tool": tool, "digest": digest, "decided_by": decided_by,
                               "method": method, "reason": reason}, ts=ts)
+
+        self._apply(write, defer)
 
     def add_event(self, run_id: str, kind: str, step_id: str | None = None,
                   data: Any = None) -> None:
