@@ -203,9 +203,12 @@ def approve(journal: Journal, ref: str, steps: Sequence[str] = (), *,
         now_left = {r.step_id: r for r in waiting(journal, run_id)}
         written = [d for d in decisions if d.step_id in now_left
                    and now_left[d.step_id].digest == shown[d.step_id].digest]
+        # one transaction for the decisions (and a denied run's end), as deny does
         for d in written:
-            record_decision(journal, run_id, now_left[d.step_id], d)
+            record_decision(journal, run_id, now_left[d.step_id], d, defer=True)
         denied = [d for d in written if not d.granted]
+        if not denied:
+            journal.flush()
         if denied:
             journal.finish_run(run_id, "denied", {"reason": "approval_denied",
                                                   "by": denied[0].decided_by})

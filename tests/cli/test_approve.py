@@ -507,7 +507,8 @@ def test_deny_writes_its_denials_and_the_runs_end_at_once(
     from planrun import api
     from planrun.validation import ParamInput
 
-    made = []
+    made: list[int] = []
+    approvals: list[int] = []
     for waiting_steps in (1, 4):
         project = Project(tmp_path / f"p{waiting_steps}")
         project.root.mkdir()
@@ -530,9 +531,17 @@ def test_deny_writes_its_denials_and_the_runs_end_at_once(
         before = len(sqlite_commits)
         m = api.deny(settings, run_id, reason="not tonight")
         made.append(len(sqlite_commits) - before)
+        # approve too: its decisions in one transaction (a second run of the plan)
+        again = api.execute(settings, "w", ParamInput(), defer_approval=True)
+        assert isinstance(again, api.RunOutcome)
+        before = len(sqlite_commits)
+        approved = api.approve(settings, again.manifest["run_id"], approve_all=True)
+        approvals.append(len(sqlite_commits) - before)
+        assert len(approved["approved"]) == waiting_steps
         assert m["status"] == "denied"
         events = [e["kind"] for e in api.log(settings, run_id)[1]]
         assert events.count("approval_denied") == waiting_steps
         # the denials come just before the run's end, in one transaction
         assert events[-1] == "run_finished"
     assert made[0] == made[1], made  # was 1 + one per step
+    assert approvals[0] == approvals[1], approvals
