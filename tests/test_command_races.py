@@ -157,9 +157,9 @@ def test_unlock_never_releases_a_lease_taken_while_it_checked(proj: CliProject) 
     assert proj.integrity() == "ok"
 
 
-#: A planner that waits until ``parties`` planners are inside it at once (a folder of
-#: markers), then proposes a one-step plan named by its argument.
-MEETING_PLANNER = """
+#: The start of a planner that waits in a room (a folder of markers) until ``parties``
+#: planners are inside it at once.
+MEETING = """
 import json, sys, time
 from pathlib import Path
 
@@ -170,7 +170,10 @@ room.mkdir(exist_ok=True)
 deadline = time.monotonic() + 60
 while len(list(room.iterdir())) < parties and time.monotonic() < deadline:
     time.sleep(0.02)
-print(json.dumps({"planrun": 1, "goal": request["goal"],
+"""
+
+#: A planner that meets another one, then proposes a one-step plan named by its argument.
+MEETING_PLANNER = MEETING + """print(json.dumps({"planrun": 1, "goal": request["goal"],
                   "steps": [{"id": label, "tool": "once", "arguments": {"label": label}}]}))
 """
 
@@ -205,18 +208,7 @@ def test_two_plans_of_one_name_at_once_write_one_revision_after_the_other(
 
 #: A repair planner that meets another one (as :data:`MEETING_PLANNER`), then proposes
 #: the failed run's plan with the failing step's file made one that exists.
-MEETING_REPAIRER = """
-import json, sys, time
-from pathlib import Path
-
-request = json.load(sys.stdin)
-room, label, parties = Path("room"), sys.argv[1], int(sys.argv[2])
-room.mkdir(exist_ok=True)
-(room / label).touch()
-deadline = time.monotonic() + 60
-while len(list(room.iterdir())) < parties and time.monotonic() < deadline:
-    time.sleep(0.02)
-plan = request["run"]["plan"]
+MEETING_REPAIRER = MEETING + """plan = request["run"]["plan"]
 for step in plan["steps"]:
     if step["id"] == "f":
         step["arguments"] = {"file": "tools.yaml"}

@@ -8,6 +8,8 @@ boot id and start time are journaled with it, so a reused pid does not look aliv
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import RunError
 from .base import _reads, lease_ttl
 from .calls import CallsMixin
@@ -50,12 +52,7 @@ class LeasesMixin(CallsMixin):
         """
         boot, start = holder_identity(owner)
         with self._write() as c:
-            row = c.execute(
-                f"SELECT lease_owner, lease_epoch, lease_expires, "
-                f"lease_expires - {self.backend.NOW_SQL}, lease_boot, lease_start, status "
-                "FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise RunError(f"no run {run_id!r}", code="unknown_run")
+            row = self._lease_row(c, run_id)
             status = row[6]
             if statuses is not None and status not in statuses:
                 raise RunError(f"run {run_id} is {status} now", code="run_not_resumable")
@@ -81,6 +78,22 @@ class LeasesMixin(CallsMixin):
                       (owner, epoch, ttl or lease_ttl(), boot, start, run_id))
         self.owner = owner
         self._epochs[run_id] = epoch
+
+    def _lease_row(self, c: Any, run_id: str) -> Any:
+        """The run's lease row, read in the write transaction ``c``.
+
+        (owner, epoch, until, until less the database clock, boot id, start ticks, status).
+
+        Raises:
+            RunError: ``unknown_run`` (exit 5).
+        """
+        row = c.execute(
+            f"SELECT lease_owner, lease_epoch, lease_expires, "
+            f"lease_expires - {self.backend.NOW_SQL}, lease_boot, lease_start, status "
+            "FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunError(f"no run {run_id!r}", code="unknown_run")
+        return row
 
     def renew_lease(self, run_id: str, owner: str, *, ttl: float | None = None) -> bool:
         """Extend ``owner``'s lease by ``ttl`` seconds from the database clock.
@@ -112,12 +125,7 @@ class LeasesMixin(CallsMixin):
         from .. import procs
 
         with self._write() as c:
-            row = c.execute(
-                f"SELECT lease_owner, lease_epoch, lease_expires, "
-                f"lease_expires - {self.backend.NOW_SQL}, lease_boot, lease_start "
-                "FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise RunError(f"no run {run_id!r}", code="unknown_run")
+            row = self._lease_row(c, run_id)
             lease = None if row[0] is None else lease_record(row)
             if lease is not None and lease.holder_alive() is True and not lease.expired:
                 raise RunError(f"run {run_id}'s lease is held by a live process on this "
