@@ -8,6 +8,7 @@ of any value (and, for an object member, of its key) only when an issue needs on
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import math
@@ -164,15 +165,42 @@ def index_json(text: str, max_depth: int) -> JsonIndex:
 
 
 def line_col(text: str, offset: int) -> tuple[int, int]:
-    """1-based (line, column) of character ``offset`` in ``text``."""
+    """1-based (line, column) of character ``offset`` in ``text``.
+
+    Reads the text up to ``offset``: to place many offsets in one text, use :class:`Lines`.
+    """
     line = text.count("\n", 0, offset) + 1
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
+class Lines:
+    """Where each line of a text starts: (line, column) of an offset in log time.
+
+    :func:`line_col` counts the newlines before the offset each time: placing one issue
+    per node of a large document that way is quadratic (20,000 issues in a 1 MB plan
+    took 8 s, each issue reading the file up to its node).
+    """
+
+    __slots__ = ("_starts",)
+
+    def __init__(self, text: str) -> None:
+        starts = [0]
+        at = text.find("\n")
+        while at >= 0:
+            starts.append(at + 1)
+            at = text.find("\n", at + 1)
+        self._starts = starts
+
+    def at(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) of character ``offset``, as :func:`line_col` gives it."""
+        line = bisect.bisect_right(self._starts, offset)
+        return line, offset - self._starts[line - 1] + 1
+
+
 def json_issue(code: str, message: str, text: str, file: str | None, offset: int | None,
-                path: str | None = None) -> Issue:
+                path: str | None = None, lines: Lines | None = None) -> Issue:
     """An issue at character ``offset`` of ``text`` (no position when None)."""
     line = col = None
     if offset is not None:
-        line, col = line_col(text, offset)
+        line, col = lines.at(offset) if lines is not None else line_col(text, offset)
     return Issue(code=code, message=message, file=file, line=line, column=col, path=path)

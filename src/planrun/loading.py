@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from .issues import Issue
 from .jsontext import JsonIndex as _JsonIndex
+from .jsontext import Lines
 from .jsontext import NotFinite as _NotFinite
 from .jsontext import finite_float as _finite_float
 from .jsontext import index_json as _index_json
 from .jsontext import json_issue as _json_issue
 from .jsontext import json_pairs as _json_pairs
-from .jsontext import line_col as _line_col
 from .jsontext import reject_constant as _reject_constant
 
 # re-exported: loading.pointer & co. were defined here before pointers.py
@@ -89,6 +89,10 @@ class Document:
     _composed: bool = field(default=False, repr=False)
 
     _json: _JsonIndex | None = field(default=None, repr=False)
+    #: where the lines of :attr:`text` start (JSON issues located in log time)
+    _lines: Lines | None = field(default=None, repr=False)
+    #: mapping entries by key, for YAML issues (:data:`planrun.yamltext.KeyIndex`)
+    _keys: dict[int, Any] = field(default_factory=dict, repr=False)
     #: writes :attr:`text` when it is first needed (:meth:`of_data`), else None
     _render: Callable[[], str] | None = field(default=None, repr=False)
     #: False for :meth:`of_data`: no file anyone can open holds the text, so an issue has
@@ -132,7 +136,9 @@ class Document:
             cur = "".join("/" + pointer_escape(t) for t in tokens)
             if cur in self._json.where:
                 at, key_at = self._json.where[cur]
-                return _line_col(self.source(), key_at if key and key_at is not None else at)
+                if self._lines is None:
+                    self._lines = Lines(self.source())
+                return self._lines.at(key_at if key and key_at is not None else at)
             if not tokens:
                 return None, None
             tokens = tokens[:-1]
@@ -161,7 +167,7 @@ class Document:
             return None, None
         from .yamltext import node_position
 
-        return node_position(node, ptr)
+        return node_position(node, ptr, self._keys)
 
     def locate_key(self, ptr: str) -> tuple[int | None, int | None]:
         """Like :meth:`locate`, but at the mapping *key* of the last token.
@@ -180,7 +186,7 @@ class Document:
             return None, None
         from .yamltext import key_position
 
-        return key_position(node, ptr) or self.locate(ptr)
+        return key_position(node, ptr, self._keys) or self.locate(ptr)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -316,9 +322,10 @@ def _parse_json(text: str, file: str | None) -> Document:
             "complete pair", text, file, at[0] if at else None, bad)])
     if dups:
         found = _index_json(text, MAX_DEPTH).duplicates
+        lines = Lines(text)
         raise DocumentError([
             _json_issue("duplicate_key", f"key {split_pointer(ptr)[-1]!r} appears twice "
-                        "in this mapping; keep only one", text, file, at, ptr)
+                        "in this mapping; keep only one", text, file, at, ptr, lines)
             for ptr, at in found] or [Issue(code="duplicate_key", file=file, message=(
                 f"key {dups[0]!r} appears twice in a mapping"))])
     return Document(data=data, file=file, text=text, kind="json")

@@ -286,11 +286,29 @@ def parse_yaml(text: str, file: str | None) -> Document:
     return Document(data=data, file=file, text=text, kind="yaml", _root=root, _composed=True)
 
 
-def _child(node: yaml.Node, token: str) -> yaml.Node | None:
+#: id of a mapping node → its first (key node, value node) of each scalar key: a node's
+#: entries are scanned once, however many issues are located under it (a scan per issue
+#: made 20,000 issues under one mapping of 20,000 keys take 28 s). Held by a
+#: :class:`planrun.loading.Document`, which keeps the nodes alive.
+KeyIndex = dict[int, dict[str, tuple[yaml.Node, yaml.Node]]]
+
+
+def _entries(node: yaml.MappingNode, keys: KeyIndex) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    found = keys.get(id(node))
+    if found is None:
+        found = {}
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value not in found:
+                found[k.value] = (k, v)
+        keys[id(node)] = found
+    return found
+
+
+def _child(node: yaml.Node, token: str, keys: KeyIndex) -> yaml.Node | None:
     """The value node under a mapping key / sequence index ``token``, or None."""
     if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in node.value
-                     if isinstance(k, yaml.ScalarNode) and k.value == token), None)
+        entry = _entries(node, keys).get(token)
+        return entry[1] if entry is not None else None
     if isinstance(node, yaml.SequenceNode) and token.isdigit():
         idx = int(token)
         return node.value[idx] if idx < len(node.value) else None
@@ -305,28 +323,35 @@ def compose_or_none(text: str, file: str | None) -> yaml.Node | None:
         return None
 
 
-def node_position(root: yaml.Node, ptr: str) -> tuple[int, int]:
-    """1-based (line, column) of the node at ``ptr``, or of the closest enclosing one."""
+def node_position(root: yaml.Node, ptr: str, keys: KeyIndex | None = None
+                  ) -> tuple[int, int]:
+    """1-based (line, column) of the node at ``ptr``, or of the closest enclosing one.
+
+    ``keys``: the document's :data:`KeyIndex` (kept by the caller across calls).
+    """
+    keys = {} if keys is None else keys
     node = root
     for token in split_pointer(ptr):
-        nxt = _child(node, token)
+        nxt = _child(node, token, keys)
         if nxt is None:
             break
         node = nxt
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
-def key_position(root: yaml.Node, ptr: str) -> tuple[int, int] | None:
+def key_position(root: yaml.Node, ptr: str, keys: KeyIndex | None = None
+                 ) -> tuple[int, int] | None:
     """1-based (line, column) of the mapping key named by ``ptr``'s last token, or None."""
+    keys = {} if keys is None else keys
     tokens = split_pointer(ptr)
     node = root
     for token in tokens[:-1]:
-        nxt = _child(node, token)
+        nxt = _child(node, token, keys)
         if nxt is None:
             return None
         node = nxt
     if isinstance(node, yaml.MappingNode):
-        for k, _v in node.value:
-            if getattr(k, "value", None) == tokens[-1]:
-                return k.start_mark.line + 1, k.start_mark.column + 1
+        entry = _entries(node, keys).get(tokens[-1])
+        if entry is not None:
+            return entry[0].start_mark.line + 1, entry[0].start_mark.column + 1
     return None
