@@ -63,6 +63,10 @@ MAX_MACRO_NESTING = 3
 #: most a few seconds; ``x.all(f, f.size < 1024)`` takes ~13 an item (~15,000 items).
 #: An evaluation that needs more fails the step (``condition``), whatever the machine.
 COST_LIMIT = 200_000
+#: The most steps a condition that reads ``steps`` other than by name (``steps[x]``,
+#: ``size(steps)``) may depend on: it is given all of them each time it is evaluated, so
+#: a chain of N steps with such a condition cost N x N (2,000 took 51 s).
+MAX_DYNAMIC_ANCESTORS = 1000
 #: The most seconds one evaluation may take, however few its steps (one step over large
 #: data, ``x in list``, can be slow): past it the step fails (``condition``).
 TIME_LIMIT_S = 20.0
@@ -371,6 +375,16 @@ def step_field_reads(expr: str) -> dict[str, frozenset[str | None]]:
         ConditionError: the expression does not compile.
     """
     return _step_uses(expr)[0]
+
+
+def named_steps(expr: str) -> frozenset[str] | None:
+    """The ids of the steps ``expr`` reads, or None when it may read any (``steps[x]``).
+
+    Raises:
+        ConditionError: the expression does not compile.
+    """
+    fields, _facets, dynamic = _step_uses(expr)
+    return None if dynamic else frozenset(fields)
 
 
 def reads_output(expr: str, sid: str) -> bool:

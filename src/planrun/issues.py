@@ -17,7 +17,9 @@ ISSUE_CODES: dict[str, str] = {
     "config": "`planrun.toml` is invalid (file-level issue)",
     "too_large": "the file, or what its aliases expand to, is over the size bound; or the "
                  "values its `{params.X}` placeholders place come to more than 64 Mi "
-                 "characters (each counted every time it is placed)",
+                 "characters (each counted every time it is placed); or checking which "
+                 "steps its placeholders and conditions read walks more than 2,000,000 "
+                 "steps of its graph",
     "not_found": "no plan of that name (message lists those that exist)",
     "bad_name": "plan name escapes the plans folder",
     "syntax": "the file is not valid YAML/JSON",
@@ -72,6 +74,55 @@ def did_you_mean(name: str, choices: Any) -> str:
     """`` Did you mean 'x'?`` for the closest of ``choices`` to ``name``, or ``""``."""
     close = closest(name, choices)
     return f" Did you mean {close!r}?" if close is not None else ""
+
+
+#: The most names one report compares to unknown names for "did you mean" suggestions
+#: (:class:`Suggestions`): each suggestion compares the name with every choice, so a plan
+#: of N steps whose every ``depends_on`` names no step asked N x N comparisons (2,000 such
+#: steps took 54 s in ``validate``).
+MAX_SUGGESTION_WORK = 50_000
+#: A name longer than this gets no suggestion (a typo is in a short name; comparing long
+#: texts costs the product of their lengths).
+MAX_SUGGESTED_NAME = 100
+
+
+class Suggestions:
+    """"Did you mean" for one report, within :data:`MAX_SUGGESTION_WORK` comparisons.
+
+    A suggestion that would take the report past the bound is left out (the issue is the
+    same, without its hint); smaller ones after it are still made. The work is therefore
+    bounded by the plan's size, whatever it holds.
+    """
+
+    __slots__ = ("left",)
+
+    def __init__(self, budget: int = MAX_SUGGESTION_WORK) -> None:
+        self.left = budget
+
+    def did_you_mean(self, name: str, choices: Any) -> str:
+        """Like :func:`did_you_mean`, or ``""`` past the report's bound.
+
+        ``choices``: a sized collection (dict, set, list) of names.
+        """
+        n = len(choices)
+        if n > self.left or len(name) > MAX_SUGGESTED_NAME:
+            return ""
+        self.left -= n
+        return did_you_mean(name, choices)
+
+
+def listed(names: Any, most: int = 20) -> str:
+    """``names`` joined by commas, at most ``most`` of them then ``… (N more)``.
+
+    For messages that name the choices: one such message per issue must not grow with the
+    plan (a list of 10,000 declared parameters in each of 10,000 issues is 1 GB of text).
+    """
+    shown: list[str] = []
+    for i, name in enumerate(names):
+        if i == most:
+            return ", ".join(shown) + f", … ({len(names) - most:,} more)"
+        shown.append(str(name))
+    return ", ".join(shown)
 
 
 @dataclass(frozen=True, slots=True)

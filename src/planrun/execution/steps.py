@@ -114,6 +114,7 @@ class Steps(RunParts):
             ConditionError,
             ConditionStopped,
             evaluate,
+            named_steps,
             reads_facets,
             reads_output,
         )
@@ -121,9 +122,13 @@ class Steps(RunParts):
         assert step.when is not None
         poll = _LongCondition(self)
         try:
-            above = ancestors(step.id, self.plan.deps)
-            done = [sid for sid, st in self.state.items()
-                    if st.status in FINISHED and sid in above]
+            # a condition that names the steps it reads gets only those (validation made
+            # them ancestors): gathering every ancestor for each condition made a chain
+            # of N steps with a when N x N (4,000 took 56 s instead of 4)
+            named = named_steps(step.when)
+            above = ancestors(step.id, self.plan.deps) if named is None \
+                else named & self.state.keys()
+            done = [sid for sid in above if self.state[sid].status in FINISHED]
             # only the outputs it may read are loaded: a condition on a step's facets
             # never reads its output, however large (issue 17); and only a step that
             # succeeded has an output (and facets): for the others the condition finds no

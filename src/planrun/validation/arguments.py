@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import fits, redact
-from ..issues import did_you_mean
+from ..issues import Suggestions, listed
 from ..jsontext import plain_json_text
 from ..params import UNKNOWN, IndexRef, Template
 from ..patterns import search
@@ -112,7 +112,8 @@ def _probe(value: Any, path: tuple[Any, ...], opaque: set[tuple[Any, ...]],
 
 
 def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
-                      stored: Any = None) -> list[ArgumentProblem]:
+                      stored: Any = None, suggestions: Suggestions | None = None
+                      ) -> list[ArgumentProblem]:
     """(JSON Pointer inside arguments, message, points-at-a-key) per contract violation.
 
     Values not known before the run (an unknown parameter, a run-time placeholder) are
@@ -127,6 +128,8 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
     checked against the schema again in this process (:data:`_FITS`), nor in a later one
     of the same code (:mod:`planrun.fits`); a command tool's option-value rule, which
     reads values, still is.
+
+    ``suggestions``: the report's bound on "did you mean" work (one of its own if None).
     """
     key = _fit_key(tool, arguments)
     if key is not None and key not in _FITS and fits.known(fits.key("arguments", *key)):
@@ -135,7 +138,7 @@ def argument_problems(tool: ToolSpec, arguments: dict[str, Any],
         if key[1] == "shape" and tool.entry.command is not None:
             return _option_problems(tool, arguments)
         return []
-    out = _problems(tool, arguments, stored)
+    out = _problems(tool, arguments, stored, suggestions or Suggestions())
     if key is not None and not out:
         _remember(key)
         if _may_keep(tool, key, arguments, stored):
@@ -166,8 +169,8 @@ def _remember(key: tuple[str, str, str]) -> None:
     _FITS.add(key)
 
 
-def _problems(tool: ToolSpec, arguments: dict[str, Any], stored: Any
-              ) -> list[ArgumentProblem]:
+def _problems(tool: ToolSpec, arguments: dict[str, Any], stored: Any,
+              suggestions: Suggestions) -> list[ArgumentProblem]:
     opaque: set[tuple[Any, ...]] = set()
     text: set[tuple[Any, ...]] = set()
     probe = _probe(arguments, (), opaque, text)
@@ -180,7 +183,7 @@ def _problems(tool: ToolSpec, arguments: dict[str, Any], stored: Any
             continue
         if err.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
                 err.instance, dict):
-            out.extend(_undeclared(tool, err, loc))
+            out.extend(_undeclared(tool, err, loc, suggestions))
         else:
             out.append(_violation(tool, err, loc, stored, loc in text))
     if tool.entry.command is not None and not out:
@@ -204,7 +207,8 @@ def _option_problems(tool: ToolSpec, arguments: dict[str, Any]) -> list[Argument
     return [(ptr, msg, False) for ptr, msg in option_value_problems(tool.entry, arguments)]
 
 
-def _undeclared(tool: ToolSpec, err: Any, loc: tuple[Any, ...]) -> list[ArgumentProblem]:
+def _undeclared(tool: ToolSpec, err: Any, loc: tuple[Any, ...],
+                suggestions: Suggestions) -> list[ArgumentProblem]:
     """One problem per argument the contract does not declare."""
     schema = err.schema if isinstance(err.schema, dict) else {}
     known = schema.get("properties") or {}
@@ -212,8 +216,8 @@ def _undeclared(tool: ToolSpec, err: Any, loc: tuple[Any, ...]) -> list[Argument
     extras = [k for k in err.instance if k not in known
               and not any(search(p, k) for p in patterns)]
     return [(pointer_of((*loc, k)), f"argument {k!r} is not declared by tool {tool.name!r}."
-             f"{did_you_mean(k, known) if known else ''} Declared: "
-             f"{', '.join(known) or 'none'}", True)
+             f"{suggestions.did_you_mean(k, known) if known else ''} Declared: "
+             f"{listed(known) or 'none'}", True)
             for k in extras or list(err.instance)]
 
 

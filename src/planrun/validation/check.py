@@ -7,7 +7,7 @@ from typing import Any
 from .. import fits, redact
 from ..canonical import digest
 from ..formats import SUPPORTED_FORMATS, HeadData, StepData, head_data
-from ..issues import PlanReport, did_you_mean
+from ..issues import PlanReport
 from ..loading import Document
 from ..params import (
     UNKNOWN,
@@ -190,7 +190,7 @@ def _check_step(scope: Scope, params: ParamValues, marks: bool, i: int,
         return None
     if not problems:
         for sub, msg, is_key in argument_problems(
-                tool, arguments, None if stored is arguments else stored):
+                tool, arguments, None if stored is arguments else stored, out.suggestions):
             out.add("arguments", f"step {sid!r}: {msg}", step=sid,
                     path=f"{base}/arguments{sub}", key=is_key)
     step = CheckedStep(index=i, id=sid, tool=tool, arguments=stored, for_each=stored_fe,
@@ -242,7 +242,7 @@ def _tool_of(scope: Scope, sid: str, base: str, name: str) -> ToolSpec | None:
     tool = registry.tools.get(name)
     if tool is None and name not in registry:
         scope.out.add("unknown_tool", f"step {sid!r}: no tool named {name!r} in "
-                      f"{registry.file.name}.{did_you_mean(name, registry.tools)}",
+                      f"{registry.file.name}.{scope.out.did_you_mean(name, registry.tools)}",
                       step=sid, path=f"{base}/tool")
     return tool
 

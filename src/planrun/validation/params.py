@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import redact
-from ..issues import did_you_mean
+from ..issues import listed
 from ..loading import has_surrogate
 from ..params import UNKNOWN, parse_cli_value
 from ..pointers import pointer
@@ -105,8 +105,8 @@ def _resolve(declared: dict[str, Any], given: ParamInput, concrete: bool,
     for name in sorted((set(given.cli) | set(given.file_values)) - set(declared)):
         out.add("param_unknown",
                 f"parameter {name!r} is not declared by this plan."
-                f"{did_you_mean(name, declared)} "
-                f"Declared: {', '.join(declared) or 'none'}", located=False)
+                f"{out.did_you_mean(name, declared)} "
+                f"Declared: {listed(declared) or 'none'}", located=False)
     for name, schema in declared.items():
         if name in cli_names and not _parse_text(name, schema, given, raw, out, secret):
             continue

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import graph
-from ..issues import did_you_mean
+from ..issues import listed
 from ..params import IndexRef, ItemRef, ParamRef, StepRef, references
 from ..registry import ToolRegistry
 from .report import Collector
@@ -36,6 +36,59 @@ class Scope:
     steps: list[ShapedStep]
     declared: dict[str, Any]
     used: set[str] = field(default_factory=set)
+    _ancestry: graph.Ancestry | None = field(default=None, repr=False)
+    _by_id: dict[str, Any] | None = field(default=None, repr=False)
+    _walked_out: bool = field(default=False, repr=False)
+
+    def model(self, sid: str) -> Any:
+        """The fields of the well-shaped step ``sid`` (its first), or None."""
+        if self._by_id is None:
+            by_id: dict[str, Any] = {}
+            for _i, _r, m in self.steps:
+                by_id.setdefault(m.id, m)
+            self._by_id = by_id
+        return self._by_id.get(sid)
+
+    def _asked(self) -> graph.Ancestry | None:
+        """The plan's :class:`planrun.graph.Ancestry`; None when ancestry is not checked."""
+        if not self.acyclic or self._walked_out:
+            return None
+        if self._ancestry is None:
+            self._ancestry = graph.Ancestry(self.deps)
+        return self._ancestry
+
+    def _walked_past(self, sid: str, where: str, exc: graph.AncestryTooLarge) -> None:
+        self._walked_out = True
+        self.out.add("too_large", f"step {sid!r}: {exc}; give the steps that read a step "
+                     "far above them that step in their depends_on (a direct dependency "
+                     "is checked at once)", step=sid, path=where)
+
+    def ancestors_past(self, sid: str, most: int, where: str) -> bool:
+        """Whether ``sid`` depends on more than ``most`` steps (False when not known)."""
+        asked = self._asked()
+        if asked is None:
+            return False
+        try:
+            return asked.more_than(sid, most)
+        except graph.AncestryTooLarge as exc:
+            self._walked_past(sid, where, exc)
+            return False
+
+    def reads_ancestor(self, sid: str, ref: str, where: str) -> bool:
+        """Whether ``sid`` depends on ``ref``, directly or not (True when not known).
+
+        Not known: the graph has a cycle, or the plan's questions went past the bound of
+        :class:`planrun.graph.Ancestry` (one ``too_large`` issue, at the reference
+        that went past it; the plan is refused).
+        """
+        asked = self._asked()
+        if asked is None:
+            return True
+        try:
+            return asked.depends(sid, ref)
+        except graph.AncestryTooLarge as exc:
+            self._walked_past(sid, where, exc)
+            return True
 
 
 def check_step_references(scope: Scope, base: str, raw: dict[str, Any], model: Any) -> None:
@@ -90,7 +143,7 @@ def _check_ref(scope: Scope, ref: Any, sid: str, where: str, fanout: bool) -> No
         scope.used.add(ref.name)
         if ref.name not in scope.declared:
             out.add("param_missing", f"step {sid!r}: {{params.{ref.name}}} names a parameter "
-                    f"the plan does not declare.{did_you_mean(ref.name, scope.declared)} "
+                    f"the plan does not declare.{out.did_you_mean(ref.name, scope.declared)} "
                     "Declare it under params:", step=sid, path=where)
         return
     if isinstance(ref, ItemRef | IndexRef):
@@ -101,11 +154,11 @@ def _check_ref(scope: Scope, ref: Any, sid: str, where: str, fanout: bool) -> No
     if isinstance(ref, StepRef):
         if ref.step not in scope.ids:
             out.add("reference", f"step {sid!r}: {ref.source()} names no step of this plan."
-                    f"{did_you_mean(ref.step, scope.ids)}", step=sid, path=where)
+                    f"{out.did_you_mean(ref.step, scope.ids)}", step=sid, path=where)
         elif ref.step == sid:
             out.add("reference", f"step {sid!r}: {ref.source()} reads the step's own output",
                     step=sid, path=where)
-        elif scope.acyclic and not graph.is_ancestor(ref.step, sid, scope.deps):
+        elif not scope.reads_ancestor(sid, ref.step, where):
             out.add("reference", f"step {sid!r}: {ref.source()} reads step {ref.step!r}, "
                     f"which {sid!r} does not depend on; add {ref.step!r} to its depends_on",
                     step=sid, path=where)
@@ -115,7 +168,7 @@ def _check_ref(scope: Scope, ref: Any, sid: str, where: str, fanout: bool) -> No
 
 def _check_output_path(scope: Scope, ref: StepRef, sid: str, where: str) -> None:
     """With an ``output_schema``, refuse a path the output can never have."""
-    target = next((m for _i, _r, m in scope.steps if m.id == ref.step), None)
+    target = scope.model(ref.step)
     if target is None or target.for_each is not None:
         return
     tool = scope.registry.tools.get(target.tool)
@@ -133,7 +186,7 @@ def _check_output_path(scope: Scope, ref: StepRef, sid: str, where: str) -> None
         if schema.get("additionalProperties") is False and isinstance(props, dict):
             scope.out.add("reference", f"step {sid!r}: {ref.source()}: the output of tool "
                           f"{target.tool!r} has no {tok!r} (its output_schema declares "
-                          f"{', '.join(props) or 'nothing'})", step=sid, path=where)
+                          f"{listed(props) or 'nothing'})", step=sid, path=where)
         return
 
 
@@ -141,11 +194,11 @@ def _check_facet_reads(scope: Scope, expr: str, sid: str, where: str, bad: set[s
     """``steps.ID.facets.NAME`` must name a facet step ID declares (``condition``)."""
     from ..conditions import facet_reads
 
-    declared = {m.id: m.facets for _i, _r, m in scope.steps}
     for ref, name in sorted(facet_reads(expr), key=lambda r: (r[0], r[1] or "")):
-        if ref in bad or ref not in declared:
+        model = scope.model(ref)
+        if ref in bad or model is None:
             continue
-        facets = declared[ref]
+        facets = model.facets
         names = [] if facets is None else list(dict.fromkeys(
             [*facets.paths, *facets.counts, *facets.group_counts]))
         if not names:
@@ -154,7 +207,7 @@ def _check_facet_reads(scope: Scope, expr: str, sid: str, where: str, bad: set[s
         elif name is not None and name not in names:
             scope.out.add("condition", f"step {sid!r}: when reads steps.{ref}.facets.{name}, "
                           f"which step {ref!r} does not declare (its facets: "
-                          f"{', '.join(names)}).{did_you_mean(name, names)}", step=sid,
+                          f"{listed(names)}).{scope.out.did_you_mean(name, names)}", step=sid,
                           path=where)
 
 
@@ -172,12 +225,19 @@ def _check_step_fields(scope: Scope, expr: str, sid: str, where: str, bad: set[s
         for name in sorted(n for n in names if n is not None and n not in STEP_FIELDS):
             scope.out.add("condition", f"step {sid!r}: when reads steps.{ref}.{name}, but a "
                           "condition reads only steps.ID.output, steps.ID.status and "
-                          f"steps.ID.facets.{did_you_mean(name, list(STEP_FIELDS))}",
+                          f"steps.ID.facets.{scope.out.did_you_mean(name, STEP_FIELDS)}",
                           step=sid, path=where)
 
 
 def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
-    from ..conditions import ConditionError, ConditionTooLarge, compile_condition, unknown_names
+    from ..conditions import (
+        MAX_DYNAMIC_ANCESTORS,
+        ConditionError,
+        ConditionTooLarge,
+        compile_condition,
+        named_steps,
+        unknown_names,
+    )
     from ..conditions import references as condition_references
 
     out, where = scope.out, base + "/when"
@@ -202,11 +262,16 @@ def _check_when(scope: Scope, expr: str, sid: str, base: str) -> None:
     scope.used.update(param_refs)
     bad: set[str] = set()
     for ref in sorted(step_refs):
-        if ref not in scope.ids or ref == sid or (
-                scope.acyclic and not graph.is_ancestor(ref, sid, scope.deps)):
+        if ref not in scope.ids or ref == sid or not scope.reads_ancestor(sid, ref, where):
             bad.add(ref)
             out.add("condition", f"step {sid!r}: when reads steps.{ref}, which is not a step "
                     f"{sid!r} depends on", step=sid, path=where)
+    if named_steps(expr) is None and scope.ancestors_past(sid, MAX_DYNAMIC_ANCESTORS, where):
+        out.add("condition", f"step {sid!r}: when is refused: it reads steps other than "
+                "by name (steps[x], \"a\" in steps, size(steps), a macro over steps), so "
+                "it is given every step it depends on, and it depends on more than "
+                f"{MAX_DYNAMIC_ANCESTORS:,}; name the steps it reads (steps.ID.output, "
+                "steps.ID.status)", step=sid, path=where)
     _check_step_fields(scope, expr, sid, where, bad)
     _check_facet_reads(scope, expr, sid, where, bad)
     for pname in sorted(param_refs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..issues import Issue
+from ..issues import Issue, Suggestions
 from ..loading import Document
 from ..pointers import pointer_of
 
@@ -16,6 +16,16 @@ class Collector:
     def __init__(self, doc: Document) -> None:
         self.doc = doc
         self.issues: list[Issue] = []
+        #: the report's bound on "did you mean" work, shared by all its issues
+        self.suggestions = Suggestions()
+
+    def did_you_mean(self, name: str, choices: Any) -> str:
+        """`` Did you mean 'x'?`` (or ``""``) within the report's bound on suggestions.
+
+        See :class:`planrun.issues.Suggestions`: the work of all suggestions of one plan's
+        report is bounded, however many names it gets wrong.
+        """
+        return self.suggestions.did_you_mean(name, choices)
 
     def add(self, code: str, message: str, *, step: str | None = None,
             path: str | None = None, key: bool = False, located: bool = True) -> None:

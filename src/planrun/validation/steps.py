@@ -7,7 +7,6 @@ from typing import Any
 
 from .. import graph
 from ..formats import StepData, step_data
-from ..issues import did_you_mean
 from ..pointers import pointer, pointer_escape
 from .plan import PlanLimits
 from .report import Collector, pydantic_issues
@@ -76,7 +75,7 @@ def _check_fields(raw: dict[str, Any], model: StepData, sid: str | None, base: s
         _check_facet_paths(raw.get("facets"), sid, base + "/facets", out)
     if model.pool is not None and model.pool not in limits.pools:
         out.add("schema", f"step {sid!r}: pool {model.pool!r} is not declared in "
-                f"[pools] of planrun.toml.{did_you_mean(model.pool, limits.pools)}",
+                f"[pools] of planrun.toml.{out.did_you_mean(model.pool, limits.pools)}",
                 step=sid, path=base + "/pool")
 
 
@@ -115,15 +114,17 @@ def check_dependencies(steps: list[ShapedStep], ids: dict[str, int], out: Collec
     deps: dict[str, list[str]] = {}
     for i, _raw, model in steps:
         mine: list[str] = []
+        seen: set[str] = set()  # a list's ``in`` made a fan-in of N steps N x N
         for j, dep in enumerate(model.depends_on):
             if dep == model.id:
                 out.add("dependency", f"step {model.id!r} depends on itself", step=model.id,
                         path=f"/steps/{i}/depends_on/{j}")
             elif dep not in ids:
                 out.add("dependency", f"step {model.id!r} depends on {dep!r}, which is not a "
-                        f"step of this plan.{did_you_mean(dep, ids)}", step=model.id,
+                        f"step of this plan.{out.did_you_mean(dep, ids)}", step=model.id,
                         path=f"/steps/{i}/depends_on/{j}")
-            elif dep not in mine:
+            elif dep not in seen:
+                seen.add(dep)
                 mine.append(dep)
         deps.setdefault(model.id, mine)
     sorter, cycle = graph.prepared_graph(deps)
