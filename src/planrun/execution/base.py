@@ -59,6 +59,9 @@ class RunParts:
     _deadline: asyncio.TimerHandle | None
     #: The loop took SIGINT and SIGTERM (the run is driven on the main thread).
     _hears_signals: bool
+    #: step id → whether a step it depends on went wrong (``Steps._wrong_above``), for
+    #: steps whose ancestors have all finished
+    _wrong_memo: dict[str, bool]
 
     def _run_timeout(self) -> None:
         raise NotImplementedError

@@ -282,6 +282,7 @@ class Executor(Steps, FanOut, Attempts, Gate):
         self._running = {}
         self._commit_soon = None
         self._slot_waiters = {}
+        self._wrong_memo = {}
         loop = self._loop = asyncio.get_running_loop()
         # Signals reach the main thread only (and only there may handlers be set): a run
         # driven on another thread (an embedding application's) leaves them to it.
