@@ -190,7 +190,7 @@ def parse_age(text: str) -> float:
 
 def prune(settings: Settings, *, older_than: str, status: str | None = None,
           plan: str | None = None, all_projects: bool = False,
-          dry_run: bool = False) -> dict[str, Any]:
+          dry_run: bool = False, vacuum: bool = False) -> dict[str, Any]:
     """Delete runs started more than ``older_than`` ago, then reclaim the space.
 
     Only this project's runs unless ``all_projects``; ``status`` and ``plan`` narrow it.
@@ -198,12 +198,19 @@ def prune(settings: Settings, *, older_than: str, status: str | None = None,
     ``awaiting_approval``, ``planning``, ``planned``) is kept: it may hold a call whose
     effect is unknown, and its journal is the only record of it (decided here; SPEC is
     silent). Each run goes with its steps, items, approvals, events and idempotency keys (a
-    later run can no longer replay those calls).
+    later run can no longer replay those calls). Each run is deleted in a transaction of
+    its own and the space is given back in pieces (``Journal.delete_runs``), so runs going
+    on meanwhile wait for their journal writes at most a moment; ``vacuum``: the SQLite
+    file is rewritten whole instead (also with nothing to delete), which a journal file
+    made by an earlier planrun (``auto_vacuum`` off) needs to give space back at all
+    (other processes' writes wait for it: docs/journal-and-resume.md, "Keeping the
+    journal small").
 
     Returns:
         ``{"deleted": [run ids], "events": n, "keys": n, "runs": [{"run_id", "status",
-        "plan", "created_at"}], "kept_unfinished": [run ids]}`` (``dry_run``: what would
-        go).
+        "plan", "created_at"}], "kept_unfinished": [run ids], "reclaimed_bytes": n,
+        "free_bytes": n}`` (``dry_run``: what would go); bytes given back to the disk,
+        bytes still free inside the journal (reused by later runs).
 
     Raises:
         UsageError: a malformed ``older_than`` (exit 2).
@@ -216,7 +223,7 @@ def prune(settings: Settings, *, older_than: str, status: str | None = None,
     age = parse_age(older_than)
     before = (datetime.now(UTC) - timedelta(seconds=age)).isoformat(timespec="milliseconds")
     nothing: dict[str, Any] = {"deleted": [], "events": 0, "keys": 0, "runs": [],
-                               "kept_unfinished": []}
+                               "kept_unfinished": [], "reclaimed_bytes": 0, "free_bytes": 0}
     with _reader(settings, write=not dry_run) as journal:
         if journal.conn is None:
             return nothing
@@ -230,15 +237,17 @@ def prune(settings: Settings, *, older_than: str, status: str | None = None,
                 for r in rows]
         if dry_run:
             return {**nothing, "deleted": ids, "runs": runs, "kept_unfinished": kept}
-        counts = journal.delete_runs(ids)
+        counts = journal.delete_runs(ids, rewrite=vacuum)
     return {"deleted": ids, "events": counts["events"], "keys": counts["keys"], "runs": runs,
-            "kept_unfinished": kept}
+            "kept_unfinished": kept, "reclaimed_bytes": counts["reclaimed_bytes"],
+            "free_bytes": counts["free_bytes"]}
 
 
 def forget(settings: Settings, run_ref: str) -> dict[str, Any]:
     """Delete one run and everything of its (idempotency keys too), then reclaim space.
 
-    Returns ``{"deleted": [run id], "events": n, "keys": n}``.
+    Returns ``{"deleted": [run id], "events": n, "keys": n, "reclaimed_bytes": n,
+    "free_bytes": n}`` (as :func:`prune`).
 
     Raises:
         RunError: ``unknown_run``; ``run_busy`` when a live process drives it (exit 5).
@@ -246,7 +255,8 @@ def forget(settings: Settings, run_ref: str) -> dict[str, Any]:
     with _reader(settings, write=True) as journal:
         run_id = journal.resolve_run_id(run_ref)
         counts = journal.delete_runs([run_id])
-    return {"deleted": [run_id], "events": counts["events"], "keys": counts["keys"]}
+    return {"deleted": [run_id], "events": counts["events"], "keys": counts["keys"],
+            "reclaimed_bytes": counts["reclaimed_bytes"], "free_bytes": counts["free_bytes"]}
 
 
 def plan_outline(settings: Settings, *, plan: str | None = None, run: str = "last"

@@ -28,6 +28,9 @@ def prune_runs(
     all_projects: AllProjectsOpt = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="List what would be deleted; delete nothing.")] = False,
+    vacuum: Annotated[bool, typer.Option(
+        "--vacuum", help="Then rewrite the SQLite journal to give all free space back "
+        "(other runs' journal writes wait for it: run it when none is going).")] = False,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -43,7 +46,8 @@ def prune_runs(
     settings = guard(lambda: settings_of(project, journal), verbose, as_json)
     result = guard(lambda: api.prune(settings, older_than=older_than,
                                      status=status_.value if status_ else None, plan=plan,
-                                     all_projects=all_projects, dry_run=dry_run),
+                                     all_projects=all_projects, dry_run=dry_run,
+                                     vacuum=vacuum),
                    verbose, as_json)
     if as_json:
         ui.print_json(result)
@@ -52,13 +56,37 @@ def prune_runs(
         ui.out(("would delete " if dry_run else "deleted ")
                + f"{r['run_id']}  {r['status']}  {r['plan']}  {r['created_at']}")
     ui.out(f"{len(result['deleted'])} run(s) {'would be ' if dry_run else ''}deleted"
-           + ("" if dry_run else f", {result['keys']} idempotency key(s) with them"))
+           + ("" if dry_run else f", {result['keys']} idempotency key(s) with them"
+              + _space(result)))
+    if result["free_bytes"] >= FREE_HINT_BYTES:
+        ui.out(f"{_size(result['free_bytes'])} stay free inside the journal (later runs "
+               "reuse it); planrun prune --older-than AGE --vacuum rewrites the file to "
+               "give it back to the disk (other runs' journal writes wait for it: run it "
+               "when none is going)")
     kept = result["kept_unfinished"]
     if kept:
         ui.out(f"kept {len(kept)} unfinished run(s) ({', '.join(kept[:3])}"
                + (", …" if len(kept) > 3 else "") + "): each may still go on (planrun "
                "status RUN says what next: one may be running now), or name their status "
                "with --status to delete them")
+
+
+#: Free space left inside a journal from which prune says how to give it back (bytes).
+FREE_HINT_BYTES = 1 << 20
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a person: ``12.3 MiB`` (KiB, MiB or GiB)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _space(result: dict[str, int]) -> str:
+    """``; 1.6 GiB given back to the disk``, or nothing when no space was."""
+    freed = result["reclaimed_bytes"]
+    return f"; {_size(freed)} given back to the disk" if freed else ""
 
 
 def forget(
@@ -77,7 +105,7 @@ def forget(
         ui.print_json(result)
     else:
         ui.out(f"deleted run {result['deleted'][0]} ({result['events']} event(s), "
-               f"{result['keys']} idempotency key(s))")
+               f"{result['keys']} idempotency key(s)){_space(result)}")
 
 
 def unlock(

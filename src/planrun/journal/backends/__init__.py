@@ -25,7 +25,7 @@ supplies what differs between databases:
   journal's SQL (SQLite);
 - SQL fragments: ``NOW_SQL`` (the database clock, seconds since the epoch; leases use
   it), ``json_array(column)`` (a JSON array aggregate), ``text_bytes(column)`` (a text's
-  length in bytes), ``vacuum(conn)``;
+  length in bytes), ``vacuum(conn, rewrite=)``;
 - its migrations (``planrun.journal.schema`` for SQLite).
 
 SQLite (:mod:`.sqlite`) for a file path (or ``sqlite://PATH``); PostgreSQL
@@ -120,8 +120,14 @@ class JournalBackend(Protocol):
     def text_bytes(self, column: str) -> str:
         """SQL: the length in bytes (UTF-8) of a text column's value (NULL for NULL)."""
 
-    def vacuum(self, conn: Any) -> None:
-        """Give freed space back, when the database does that on request."""
+    def vacuum(self, conn: Any, *, rewrite: bool = False) -> dict[str, int]:
+        """Give freed space back, when the database does that on request.
+
+        ``rewrite``: by rewriting the whole database (``prune --vacuum``), where that is
+        how it is done. Returns ``{"reclaimed_bytes", "free_bytes"}``: how much smaller
+        the database is now, and how much is free inside it still (reused by later
+        writes), in bytes; 0 and 0 where the server does it on its own.
+        """
 
 
 def shown_location(location: str | Path) -> str:

@@ -8,7 +8,8 @@ autocommit mode (``isolation_level=None``) and writes only inside :func:`atomic`
 starts with ``BEGIN IMMEDIATE`` (the write lock is taken up front, so a busy journal waits
 ``busy_timeout`` instead of failing half-way) and rolls back on any exception.
 Pragmas: WAL, ``synchronous=FULL`` (a committed record survives power loss),
-``foreign_keys=ON``, ``busy_timeout`` 30 s.
+``foreign_keys=ON``, ``busy_timeout`` 30 s; a journal file made by this planrun has
+``auto_vacuum=INCREMENTAL`` (prune gives freed space back in pieces).
 
 A journal file planrun creates is readable by its owner only (0600; SQLite gives its
 ``-wal`` and ``-shm`` files the same mode), and so are the folders it creates for it (0700)
@@ -126,6 +127,11 @@ def snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
                 conn.execute("COMMIT")
 
 
+#: Free pages given back to the disk in one write transaction (:meth:`SqliteBackend.vacuum`):
+#: 1,024 pages of 4 KiB, 4 MiB, about 0.1 to 0.2 s of another writer's wait.
+RECLAIM_PAGES = 1024
+
+
 def _pragmas(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -221,6 +227,10 @@ def open_write(path: Path) -> sqlite3.Connection:
             # answer "database is locked" to a second process doing the same at once
             # without waiting, so processes set a journal up one at a time.
             with _setup_lock(path):
+                if not conn.execute("PRAGMA page_count").fetchone()[0]:
+                    # a new file: before its first page, so that prune can give freed
+                    # space back in pieces (SqliteBackend.vacuum)
+                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise sqlite3.OperationalError(f"cannot switch to WAL (mode {mode})")
@@ -456,7 +466,46 @@ class SqliteBackend:
         """SQL: the length in bytes of ``column``'s text (SQLite's length() counts characters)."""
         return f"length(CAST({column} AS BLOB))"
 
-    def vacuum(self, conn: sqlite3.Connection) -> None:
-        """Give freed space back to the disk; skipped while another process uses the file."""
-        with suppress(sqlite3.OperationalError):
-            conn.execute("VACUUM")
+    def vacuum(self, conn: sqlite3.Connection, *, rewrite: bool = False) -> dict[str, int]:
+        """Give freed space back to the disk, in pieces that other writers can wait for.
+
+        A journal created by this planrun keeps a map of its pages (``auto_vacuum =
+        INCREMENTAL``, set when the file is made: :func:`open_write`), so its free pages
+        are given back :data:`RECLAIM_PAGES` at a time, one write transaction each
+        (``PRAGMA incremental_vacuum``): another process's next journal write waits for
+        one piece (≈ 0.1 to 0.2 s), not for the whole file. Before, ``VACUUM`` rewrote the
+        file in one transaction: 35 s for 1.7 GB on a 2-core machine, longer than the
+        30 s another writer waits (``busy_timeout``) before it fails.
+
+        A journal made by an earlier planrun (``auto_vacuum`` off) cannot give pages back
+        in pieces: its free pages stay, and later writes reuse them, unless ``rewrite``
+        (``planrun prune --vacuum``) rewrites it with ``VACUUM``, switching it to the
+        incremental mode on the way. A rewrite, or a piece, that another process keeps
+        from its lock is left for later (the space stays free inside the file).
+
+        Returns:
+            ``{"reclaimed_bytes", "free_bytes"}``: how many bytes smaller the database
+            is, how many are still free inside it.
+        """
+        def pages(pragma: str) -> int:
+            return int(conn.execute(f"PRAGMA {pragma}").fetchone()[0])
+
+        size, before = pages("page_size"), pages("page_count")
+        try:
+            if rewrite:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                conn.execute("VACUUM")
+            elif pages("auto_vacuum") == 2:
+                while pages("freelist_count"):
+                    # executescript steps the pragma until done (execute frees one page)
+                    conn.executescript(f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum"
+                                       f"({RECLAIM_PAGES}); COMMIT;")
+        except sqlite3.OperationalError:  # busy: the space is given back another time
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        # The file shrinks once the write-ahead log is copied back into it; PASSIVE never
+        # waits for (or holds up) another process: what it cannot copy now goes later.
+        with suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        return {"reclaimed_bytes": max(0, before - pages("page_count")) * size,
+                "free_bytes": pages("freelist_count") * size}
