@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .checking import project_key
@@ -23,6 +24,19 @@ def _reader(settings: Settings, write: bool = False) -> Any:
     journal = Journal(settings.journal, write=write)
     journal.project = project_key(settings)  # what `last` means here
     return journal
+
+
+@contextmanager
+def _snapshot(settings: Settings) -> Iterator[Any]:
+    """The journal, read as one state of it: every read inside sees the same commits.
+
+    A manifest, a log or a report is several queries; a run going on meanwhile would
+    otherwise show a run ``running`` beside steps that its later commits finished, or an
+    item count that does not add up (a read transaction: SQLite's WAL snapshot, PostgreSQL's
+    ``REPEATABLE READ READ ONLY``).
+    """
+    with _reader(settings) as journal, journal.snapshot():
+        yield journal
 
 
 def _settle_planning(settings: Settings) -> None:
@@ -50,12 +64,12 @@ def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
     """
     from . import manifest
 
-    with _reader(settings) as journal:
+    with _snapshot(settings) as journal:
         shown = manifest.build(journal, journal.resolve_run_id(run_ref))
     if shown.get("status") != "planning":
         return shown
     _settle_planning(settings)
-    with _reader(settings) as journal:
+    with _snapshot(settings) as journal:
         return manifest.build(journal, journal.resolve_run_id(shown["run_id"]))
 
 
@@ -71,7 +85,7 @@ def runs(settings: Settings, *, plan: str | None = None, status: str | None = No
     from .journal.records import driven
 
     def listed() -> list[dict[str, Any]]:
-        with _reader(settings) as journal:
+        with _snapshot(settings) as journal:
             rows = list(journal.list_runs(plan=plan, status=status, limit=limit,
                                           project=None if all_projects else journal.project))
             for r in rows:  # a running run whose process died waits for resume
@@ -88,7 +102,7 @@ def runs(settings: Settings, *, plan: str | None = None, status: str | None = No
 
 def log(settings: Settings, run_ref: str = "last") -> tuple[str, list[dict[str, Any]]]:
     """(run id, the run's events in order)."""
-    with _reader(settings) as journal:
+    with _snapshot(settings) as journal:
         run_id = journal.resolve_run_id(run_ref)
         return run_id, list(journal.events(run_id))
 
@@ -104,7 +118,7 @@ def report(settings: Settings, run_ref: str = "last") -> tuple[str, str]:
     """
     from .report import html_of
 
-    with _reader(settings) as journal:
+    with _snapshot(settings) as journal:
         run_id = journal.resolve_run_id(run_ref)
         return run_id, html_of(journal, run_id)
 
@@ -117,7 +131,7 @@ def output(settings: Settings, run_ref: str, step: str, item: int | None = None)
             ``partial``, issue 17) (exit 5).
         UsageError: ``unknown_step``, the run has no such step or item (exit 2).
     """
-    with _reader(settings) as journal:
+    with _snapshot(settings) as journal:
         run_id = journal.resolve_run_id(run_ref)
         found = journal.step_output(run_id, step, item)
         if found is None:
@@ -146,11 +160,9 @@ def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
     Raises:
         RunError: ``unknown_run`` (exit 5).
     """
-    from .journal import Journal
-
     last = after
     while True:
-        with _reader(settings) as journal:
+        with _snapshot(settings) as journal:
             run_id = journal.resolve_run_id(run_ref)
             run_ref = run_id
             events = [e for e in journal.events(run_id) if e["id"] > last]
@@ -160,7 +172,7 @@ def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
             last = events[-1]["id"]
         driven = row.lease is not None and row.lease.driven()
         if row.status != "running" or not driven:
-            with Journal(settings.journal, write=False) as journal:
+            with _snapshot(settings) as journal:
                 tail = [e for e in journal.events(run_id) if e["id"] > last]
                 status = journal.run(run_id).status
             yield from tail
