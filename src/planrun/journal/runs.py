@@ -106,10 +106,10 @@ class RunsMixin(CallsMixin):
         self._apply(write, defer)
 
     def add_event(self, run_id: str, kind: str, step_id: str | None = None,
-                  data: Any = None) -> None:
-        """Journal one event on its own."""
-        with self._write() as c:
-            self._event(c, run_id, kind, step_id=step_id, data=data)
+                  data: Any = None, *, defer: bool = False) -> None:
+        """Journal one event on its own (``defer``: in the next write transaction)."""
+        self._apply(lambda c: self._event(c, run_id, kind, step_id=step_id, data=data),
+                    defer)
 
     def begin_resume(self, run_id: str, replayed: list[str], data: Any) -> None:
         """Mark the run ``running`` again, its succeeded steps replayed, ``run_resumed``."""
