@@ -58,11 +58,7 @@ def prune_runs(
     ui.out(f"{len(result['deleted'])} run(s) {'would be ' if dry_run else ''}deleted"
            + ("" if dry_run else f", {result['keys']} idempotency key(s) with them"
               + _space(result)))
-    if result["free_bytes"] >= FREE_HINT_BYTES:
-        ui.out(f"{_size(result['free_bytes'])} stay free inside the journal (later runs "
-               "reuse it); planrun prune --older-than AGE --vacuum rewrites the file to "
-               "give it back to the disk (other runs' journal writes wait for it: run it "
-               "when none is going)")
+    _free_hint(result)
     kept = result["kept_unfinished"]
     if kept:
         ui.out(f"kept {len(kept)} unfinished run(s) ({', '.join(kept[:3])}"
@@ -89,6 +85,17 @@ def _space(result: dict[str, int]) -> str:
     return f"; {_size(freed)} given back to the disk" if freed else ""
 
 
+def _free_hint(result: dict[str, int]) -> None:
+    """Say how to give back the space left free inside the journal, when it is much."""
+    from .. import ui
+
+    if result["free_bytes"] >= FREE_HINT_BYTES:
+        ui.out(f"{_size(result['free_bytes'])} stay free inside the journal (later runs "
+               "reuse it); planrun prune --older-than AGE --vacuum rewrites the file to "
+               "give it back to the disk (other runs' journal writes wait for it: run it "
+               "when none is going)")
+
+
 def forget(
     run: RunArg,
     as_json: JsonOpt = False,
@@ -106,6 +113,7 @@ def forget(
     else:
         ui.out(f"deleted run {result['deleted'][0]} ({result['events']} event(s), "
                f"{result['keys']} idempotency key(s)){_space(result)}")
+        _free_hint(result)
 
 
 def unlock(
