@@ -480,11 +480,13 @@ def deny(settings: Settings, ref: str, *, reason: str | None = None) -> dict[str
 def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
           approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
           max_parallel: int | None = None, keep_going: bool = False,
-          progress: Any = None, from_step: str | None = None) -> RunOutcome:
+          progress: Any = None, from_step: str | None = None,
+          defer_approval: bool = False) -> RunOutcome:
     """Start a child run of a failed run that inherits its succeeded steps.
 
     ``from_step``: the run may be completed too; that step and every step after it run
-    again.
+    again. ``defer_approval``: as :func:`execute`'s; the child may be left
+    ``awaiting_approval`` (``exit_code`` 4 in its manifest).
 
     Returns:
         The child run's outcome.
@@ -501,7 +503,7 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
     return _settled(lambda: start_child(
         settings, run_ref, given, approve=list(approve), approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        progress=progress, from_step=from_step), settings)
+        progress=progress, from_step=from_step, defer_approval=defer_approval), settings)
 
 
 def repair(settings: Settings, run_ref: str, planner: str, *,
@@ -509,12 +511,14 @@ def repair(settings: Settings, run_ref: str, planner: str, *,
            approve: Sequence[str] = (), approve_all: bool = False, approver: Any = None,
            max_parallel: int | None = None, keep_going: bool = False,
            progress: Any = None, on_round: Callable[[int, Any], None] | None = None,
-           on_written: Callable[[str], None] | None = None) -> RunOutcome:
+           on_written: Callable[[str], None] | None = None,
+           defer_approval: bool = False) -> RunOutcome:
     """Ask a planner to revise a failed run's plan; run the revision as a child (SPEC §10).
 
     ``planner``: ``cmd:ARGV``, ``python:module:callable`` or a ``[planners.NAME]``.
     See :func:`planrun.repair.repair` (what may change, the request's ``run``, and
-    ``on_round``/``on_written``, what the CLI says on stderr).
+    ``on_round``/``on_written``, what the CLI says on stderr). ``defer_approval``: as
+    :func:`retry`'s.
 
     Returns:
         The child run's outcome.
@@ -532,7 +536,7 @@ def repair(settings: Settings, run_ref: str, planner: str, *,
         settings, run_ref, planner, max_rounds=max_rounds, given=given,
         approve=list(approve), approve_all=approve_all, approver=approver,
         max_parallel=max_parallel, keep_going=keep_going, progress=progress,
-        on_round=on_round, on_written=on_written), settings)
+        on_round=on_round, on_written=on_written, defer_approval=defer_approval), settings)
 
 
 def explain(settings: Settings, ref: str | None, given: ParamInput | None = None

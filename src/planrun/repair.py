@@ -211,7 +211,8 @@ def _need_secrets(row: Any, given: Any) -> None:
 def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None = None,
            given: Any = None, approve: list[str] | None = None, approve_all: bool = False,
            approver: Any = None, max_parallel: int | None = None, keep_going: bool = False,
-           progress: Any = None, on_round: Any = None, on_written: Any = None) -> Any:
+           progress: Any = None, on_round: Any = None, on_written: Any = None,
+           defer_approval: bool = False) -> Any:
     """Ask ``planner`` for a revised plan of the failed run ``run_ref`` and run it (SPEC §10).
 
     The rounds are :func:`planrun.planners.propose`'s: each answer is validated (with the
@@ -226,7 +227,8 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
     ``{"parent_run_id", "revision", "digest", "rounds", "planner", "file", "previous"}``,
     on the failed run the same with ``child_run_id``. ``on_round(round, report or None)``
     is called after each round, ``on_written(line)`` once the revision is written (before
-    the child runs): what ``planrun repair`` says on stderr.
+    the child runs): what ``planrun repair`` says on stderr. ``defer_approval``: as
+    retry's (:func:`planrun.retry.retry`): the child may be left ``awaiting_approval``.
 
     Returns:
         The child run's :class:`~planrun.outcome.RunOutcome`.
@@ -368,7 +370,7 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
                 document=plan.document, plan_file=shown, file_sha256=file_sha256(target),
                 replanned={"revision": plan.revision, "digest": plan.digest,
                            "rounds": accepted.round, "planner": who.label, "file": shown,
-                           "previous": previous})
+                           "previous": previous}, defer_approval=defer_approval)
         finally:
             journal.release_lease(parent_id, owner)
 

@@ -28,12 +28,17 @@ from .validation import CheckedPlan, ParamInput
 def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
           approve: list[str] | None = None, approve_all: bool = False, approver: Any = None,
           max_parallel: int | None = None, keep_going: bool = False,
-          progress: Any = None, from_step: str | None = None) -> RunOutcome:
+          progress: Any = None, from_step: str | None = None,
+          defer_approval: bool = False) -> RunOutcome:
     """Start a child run of a failed run that inherits its succeeded steps (SPEC §7).
 
     ``from_step`` (``retry RUN --from STEP``): the run may also be ``completed``; STEP and
     every step after it (its descendants) run again even if they succeeded, under fresh
     idempotency keys (the lineage's keys of those steps are released first).
+    ``defer_approval`` (``retry --defer-approval``, as execute's, SPEC §10): nobody is
+    asked; a step that flags and grants do not clear leaves the child
+    ``awaiting_approval`` (its succeeded steps inherited, nothing run; exit 4), for
+    ``planrun approve CHILD`` and ``planrun resume CHILD``.
 
     Raises:
         RunError: ``unknown_run``, ``run_not_resumable`` (the run is not failed),
@@ -67,7 +72,7 @@ def retry(settings: Settings, run_ref: str, given: ParamInput | None = None, *,
             refuse_driven_child(journal, parent_id)
             return _retry_child(journal, settings, row, given, owner, approve or [],
                                 approve_all, approver, max_parallel, keep_going, progress,
-                                from_step)
+                                from_step, defer_approval)
         finally:
             journal.release_lease(parent_id, owner)
 
@@ -78,12 +83,20 @@ def refuse_driven_child(journal: Journal, parent_id: str) -> None:
     A retry killed leaves its child to ``resume``; a second retry of the parent while that
     resume runs made a child whose first call found the key taken, and stopped, left
     ``running`` with nobody driving it and named the parent's "retried as" (found by an
-    attacker). Checked with the parent's lease held, before anything is written.
+    attacker). A child ``awaiting_approval`` (``--defer-approval``) waits for a person:
+    a second child would run the same failed steps once both were approved. Checked with
+    the parent's lease held, before anything is written.
 
     Raises:
         RunError: ``run_busy`` (exit 5).
     """
     for child in journal.child_run_ids(parent_id):
+        if journal.run(child).status == "awaiting_approval":
+            raise RunError(f"run {parent_id} has a retry, {child}, that waits for "
+                           "approval", code="run_busy",
+                           hint=f"Decide it: planrun approve {child} (then planrun resume "
+                           f"{child}), or planrun deny {child}; then retry again if need "
+                           "be.")
         lease = journal.lease(child)
         if lease is not None and lease.driven():
             raise RunError(f"run {parent_id} has a retry, {child}, that another process "
@@ -95,8 +108,8 @@ def refuse_driven_child(journal: Journal, parent_id: str) -> None:
 def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
                  given: ParamInput | None, owner: str, approve: list[str],
                  approve_all: bool, approver: Any, max_parallel: int | None,
-                 keep_going: bool, progress: Any, from_step: str | None = None
-                 ) -> RunOutcome:
+                 keep_going: bool, progress: Any, from_step: str | None = None,
+                 defer_approval: bool = False) -> RunOutcome:
     """Create and drive the child run of the failed run ``row`` (its lease is held)."""
     plan = _replan(journal, settings, row, given, verb="retry")
     again: set[str] = set()
@@ -105,7 +118,8 @@ def _retry_child(journal: Journal, settings: Settings, row: RunRecord,
     return start_child(journal, settings, row, plan, owner, approve=approve,
                        approve_all=approve_all, approver=approver,
                        max_parallel=max_parallel, keep_going=keep_going, progress=progress,
-                       again=again, event_data={"plan": plan.name, "retry_of": row.run_id})
+                       again=again, event_data={"plan": plan.name, "retry_of": row.run_id},
+                       defer_approval=defer_approval)
 
 
 def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: CheckedPlan,
@@ -114,7 +128,8 @@ def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: Chec
                 again: set[str] | None = None, event_data: dict[str, Any],
                 document: Any = None, plan_file: str | None = None,
                 file_sha256: str | None = None,
-                replanned: dict[str, Any] | None = None) -> RunOutcome:
+                replanned: dict[str, Any] | None = None,
+                defer_approval: bool = False) -> RunOutcome:
     """Create and drive a child run of ``row`` running ``plan`` (retry and repair, SPEC §7, §10).
 
     The parent's lease is held by ``owner``. The child (lineage: ``root_run_id`` of the
@@ -182,19 +197,23 @@ def start_child(journal: Journal, settings: Settings, row: RunRecord, plan: Chec
         return _drive_child(journal, settings, row, plan, child, owner, inherited,
                             parent_rows, approve, approve_all, approver, int(parallel),
                             keep_going, progress, note_changed=document is None,
-                            kind="retry" if replanned is None else "repair")
+                            kind="retry" if replanned is None else "repair",
+                            defer_approval=defer_approval)
 
 
 def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
                  plan: CheckedPlan, child: str, owner: str, inherited: list[str],
                  parent_rows: list[StepRecord], approve: list[str], approve_all: bool,
                  approver: Any, parallel: int, keep_going: bool, progress: Any,
-                 note_changed: bool = True, kind: str = "retry") -> RunOutcome:
+                 note_changed: bool = True, kind: str = "retry",
+                 defer_approval: bool = False) -> RunOutcome:
     """Clear and run the new child run ``child`` of the failed run ``row``.
 
     ``note_changed``: note when the parent's plan file changed since (a retry runs the
     journaled plan; a repair runs its own revision, so it says nothing). ``kind``:
     ``retry`` or ``repair``, as the run's first line on stderr says it.
+    ``defer_approval``: nobody is asked; what is left uncleared leaves the child
+    ``awaiting_approval`` (its outcome's manifest says how to decide).
     """
     parent_id = row.run_id
     journal.copy_succeeded(parent_id, child, inherited)
@@ -203,9 +222,14 @@ def _drive_child(journal: Journal, settings: Settings, row: RunRecord,
     to_run = set(plan.by_id) - set(inherited)
     requests = [request_for(s) for s in plan.steps
                 if cleared_before(s, approve, approve_all) and s.id in to_run]
-    if requests:
-        clearance.clear_approvals(journal, child, requests, set(approve), approve_all,
-                               approver, on_deny="denied", plan=plan, policy=plan.policy)
+    if defer_approval:
+        approver = None
+    if requests and clearance.clear_approvals(
+            journal, child, requests, set(approve), approve_all, approver,
+            on_deny="denied", plan=plan, policy=plan.policy, defer=defer_approval):
+        from . import manifest
+
+        return RunOutcome(manifest.build(journal, child))  # awaiting_approval
     note = changed_plan_note(settings, row) if note_changed else None
     outcome = runner.drive(journal, settings, plan, run_id=child,
                            root_run_id=row.root_run_id, owner=owner,

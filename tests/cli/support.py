@@ -128,3 +128,16 @@ def assert_utc(value: str) -> None:
 
     assert datetime.fromisoformat(value).utcoffset() == timedelta(0)
 
+
+#: An irreversible tool to add to the project's registry (approval tests).
+WIPE_TOOL = """
+  wipe:
+    python: clitools:echo
+    irreversible: true
+    arguments:
+      type: object
+      properties:
+        value: {}
+      required: [value]
+      additionalProperties: false
+"""

@@ -41,6 +41,13 @@ tools:
       type: object
       properties: {label: {type: string}}
       additionalProperties: false
+  flaky:
+    description: Fails until its file exists
+    python: crashtools:flaky
+    arguments:
+      type: object
+      properties: {file: {type: string}}
+      additionalProperties: false
 """
 
 #: ``danger`` registered differently (one more optional argument): a new digest.
@@ -545,3 +552,47 @@ def test_deny_writes_its_denials_and_the_runs_end_at_once(
         assert events[-1] == "run_finished"
     assert made[0] == made[1], made  # was 1 + one per step
     assert approvals[0] == approvals[1], approvals
+
+
+# --- retry --defer-approval -------------------------------------------------------------------
+
+FAILS_BEFORE_DROP = """
+planrun: 1
+goal: Prepare, check, then an effect that cannot be undone
+steps:
+  - {id: prep, tool: src, arguments: {label: prep}}
+  - {id: check, tool: flaky, depends_on: [prep], arguments: {file: fixed.flag}}
+  - {id: drop, tool: danger, depends_on: [check], arguments: {label: drop}}
+"""
+
+
+def test_retry_defer_approval_leaves_the_child_waiting_for_a_person(proj: CliProject
+                                                                     ) -> None:
+    """A nightly retry with nobody at hand: the child waits (exit 4), inheriting what
+    succeeded; a second retry of the parent is refused while it waits; approve and resume
+    finish it, and prep ran once."""
+    proj.plan("gated", FAILS_BEFORE_DROP)
+    first = proj.run("execute", "gated", "--approve", "drop", "--json")
+    assert first.returncode == 1, first
+    parent = first.json["run_id"]
+    r = proj.run("retry", parent, "--defer-approval", "--json")
+    assert r.returncode == 4, r
+    child = r.json
+    assert child["status"] == "awaiting_approval"
+    assert waiting(child) == ["drop"]
+    assert child["approval"]["resume"] == f"planrun resume {child['run_id']}"
+    assert {s["id"]: s["status"] for s in child["steps"]} == {
+        "prep": "succeeded", "check": "pending", "drop": "pending"}
+    assert proj.probe().lease(child["run_id"]) is None
+    assert proj.probe().run(parent).status == "failed"
+    again = proj.run("retry", parent)
+    refused(again, "run_busy", 5)
+    assert child["run_id"] in again.stderr
+    assert f"planrun approve {child['run_id']}" in again.stderr
+    (proj.root / "fixed.flag").write_text("")
+    assert proj.run("approve", child["run_id"], "--all").returncode == 0
+    done = proj.run("resume", child["run_id"], "--json")
+    assert done.returncode == 0, done
+    assert done.json["status"] == "completed"
+    assert proj.counts()["prep"] == 1
+    assert proj.counts()["drop"] == 1

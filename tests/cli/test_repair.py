@@ -16,7 +16,7 @@ import yaml
 
 from conftest import Project
 
-from .support import as_json, calls, execute_json, invoke
+from .support import WIPE_TOOL, as_json, calls, execute_json, invoke
 
 PLAN = """
 planrun: 1
@@ -50,6 +50,10 @@ elif how == "fix":
     for s in steps:
         if s["id"] == "upload":
             s["tool"] = "echo"
+elif how == "fix-irreversibly":
+    for s in steps:
+        if s["id"] == "upload":
+            s["tool"] = "wipe"
 print(json.dumps(plan) if req["round"] % 2 else __import__("yaml").safe_dump(plan))
 '''
 
@@ -282,3 +286,28 @@ def test_secrets_are_references_in_the_request_and_given_again(proj: Project) ->
     assert Counter(calls(proj)) == {"fetch": 1, secret: 1}
     journal = Path(proj.settings().journal)
     assert secret.encode() not in journal.read_bytes()
+
+
+def test_repair_defer_approval_leaves_the_child_waiting_for_a_person(
+        proj: Project, failed: str) -> None:
+    """A revision whose step needs a person, with nobody at hand (cron): the child waits
+    (exit 4) with what succeeded inherited; approve and resume finish it, nothing twice."""
+    proj.write("tools.yaml", proj.root.joinpath("tools.yaml").read_text() + WIPE_TOOL)
+    before = Counter(calls(proj))
+    result = invoke(proj, "repair", failed, "--planner", planner("fix-irreversibly"),
+                    "--defer-approval", "--json")
+    assert result.exit_code == 4, result.output
+    child = as_json(result)
+    assert child["status"] == "awaiting_approval"
+    assert [w["step"] for w in child["approval"]["waiting"]] == ["upload"]
+    states = {s["id"]: s["status"] for s in child["steps"]}
+    assert states == {"fetch": "succeeded", "build": "succeeded", "upload": "pending",
+                      "notify": "pending"}
+    assert Counter(calls(proj)) == before  # nothing ran
+    assert invoke(proj, "approve", child["run_id"], "--all").exit_code == 0
+    done = invoke(proj, "resume", child["run_id"], "--json")
+    assert done.exit_code == 0, done.output
+    assert as_json(done)["status"] == "completed"
+    after = Counter(calls(proj)) - before
+    assert after["fetch"] == 0
+    assert after["build"] == 0

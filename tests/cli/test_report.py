@@ -21,7 +21,7 @@ from planrun.report.data import histogram, percentile
 from planrun.report.svg import layers
 
 from .report_support import NIGHTLY, NIGHTLY_STATUSES, REMOTE, SECRET, report
-from .support import as_json, execute_json, invoke
+from .support import WIPE_TOOL, as_json, execute_json, invoke
 
 
 def _nightly(proj: Project) -> str:
@@ -208,20 +208,6 @@ def test_percentiles_and_histogram() -> None:
     assert counts == [10] * 10
     assert histogram([2.0, 2.0], bins=4) == [2, 0, 0, 0]
     assert histogram([]) == []
-
-
-#: An irreversible tool to add to the project's registry (approval tests).
-WIPE_TOOL = """
-  wipe:
-    python: clitools:echo
-    irreversible: true
-    arguments:
-      type: object
-      properties:
-        value: {}
-      required: [value]
-      additionalProperties: false
-"""
 
 
 def test_approvals_are_shown_with_who_cleared_each_step(proj: Project) -> None:

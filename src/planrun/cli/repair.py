@@ -10,6 +10,7 @@ from .options import (
     ApprovalTimeoutOpt,
     ApproveAllOpt,
     ApproveOpt,
+    DeferApprovalOpt,
     JournalOpt,
     JsonOpt,
     MaxParallelOpt,
@@ -41,6 +42,7 @@ def repair(
     max_parallel: MaxParallelOpt = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", help="After a failure, go on with independent steps.")] = False,
+    defer_approval: DeferApprovalOpt = False,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -62,7 +64,8 @@ def repair(
             settings, run, planner, max_rounds=max_rounds, given=given,
             approve=approve or [], approve_all=approve_all, approver=approver,
             max_parallel=max_parallel, keep_going=keep_going, progress=progress,
-            on_round=None if quiet else round_note, on_written=None if quiet else written),
+            on_round=None if quiet else round_note, on_written=None if quiet else written,
+            defer_approval=defer_approval),
             project=project, journal=journal, param=param, params_file=params_file,
             approval_timeout=approval_timeout, quiet=quiet, no_color=no_color,
             verbose=verbose, as_json=as_json)

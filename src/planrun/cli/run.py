@@ -307,6 +307,7 @@ def retry(
         "succeeded (the run may be completed).", metavar="STEP",
         autocompletion=lambda ctx, args, incomplete: complete_run_steps(
             ctx, args, incomplete))] = None,
+    defer_approval: DeferApprovalOpt = False,
     as_json: JsonOpt = False,
     journal: JournalOpt = None,
     project: ProjectOpt = None,
@@ -324,7 +325,8 @@ def retry(
     result = _drive(lambda settings, given, approver, progress: api.retry(
         settings, run, given, approve=approve or [], approve_all=approve_all,
         approver=approver, max_parallel=max_parallel, keep_going=keep_going,
-        progress=progress, from_step=from_step), project=project, journal=journal, param=param,
+        progress=progress, from_step=from_step, defer_approval=defer_approval),
+        project=project, journal=journal, param=param,
         params_file=params_file, approval_timeout=approval_timeout, quiet=quiet,
         no_color=no_color, verbose=verbose, as_json=as_json, executor=executor)
     _finish(result, as_json, no_color, quiet)
