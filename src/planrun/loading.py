@@ -212,18 +212,28 @@ def utf8_text(text: str) -> str:
 #: Unicode's bidirectional controls (embeddings, overrides, isolates, marks): text a plan or
 #: a tool wrote that holds one could reorder what a person reads next to it (a plan named
 #: ``nightly\u202e`` showed ``completed`` reversed; found by attack).
-_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+#: Control characters other than tab and line feed (C0, DEL, C1), and a carriage return
+#: not followed by a line feed: a tool's error message holding ``ESC ] 0 ; … BEL`` set
+#: the terminal's title from ``planrun status``, ``ESC [ 2 J`` cleared the screen, and a
+#: lone ``\r`` or backspaces wrote over what came before them (found by attack).
+_CONTROLS = "\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f"
+_NOT_SHOWN = re.compile(f"[{_BIDI}{_CONTROLS}]|\r(?!\n)")
 
 
 def visible(text: str) -> str:
-    r"""``text`` with each bidirectional control written as its escape (``\u202e``).
+    r"""``text`` with each character that would not show as itself written as its escape.
 
-    For what a person reads (a terminal, the report); letters of right-to-left scripts
-    are left as they are. Also :func:`utf8_text`.
+    Bidirectional controls (``\u202e``), control characters other than tab and line feed
+    (``\u001b``, ``\u0000``, DEL, C1) and a carriage return not followed by a line feed
+    (``\u000d``) are escaped; letters of right-to-left scripts and every other character
+    are left as they are. For what a person reads (a terminal, the report), never for
+    what is journaled or given to a program (``--json`` keeps the value). Also
+    :func:`utf8_text`.
     """
-    if text.isascii():
-        return text
-    return utf8_text(_BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    if _NOT_SHOWN.search(text) is None:
+        return utf8_text(text)
+    return utf8_text(_NOT_SHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def has_surrogate(text: str) -> bool:

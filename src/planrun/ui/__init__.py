@@ -71,12 +71,17 @@ def err(text: str = "") -> None:
 
 
 def print_json(value: Any) -> None:
-    """A JSON document on stdout (secret values shown as ``***``)."""
+    """A JSON document on stdout (secret values shown as ``***``).
+
+    Characters that would not show as themselves (:func:`planrun.loading.visible`:
+    controls JSON leaves as they are, DEL, C1, bidirectional controls, lone surrogates)
+    are written as JSON escapes: the same value for a program, visible to a person.
+    """
     shown = redact.display(value)
-    text = json.dumps(shown, indent=2, ensure_ascii=False)
+    text = visible(json.dumps(shown, indent=2, ensure_ascii=False))
     try:
         sys.stdout.write(text + "\n")
-    except UnicodeEncodeError:  # a terminal that is not UTF-8, or lone surrogates
+    except UnicodeEncodeError:  # a terminal that is not UTF-8
         sys.stdout.write(json.dumps(shown, indent=2) + "\n")
 
 
@@ -118,7 +123,7 @@ class _Masked:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        return self.stream.write(redact.display_text(text))
+        return self.stream.write(visible(redact.display_text(text)))
 
 
 def _gh_escape(text: str, prop: bool = False) -> str:
@@ -324,7 +329,7 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
                 "succeeded": "green", "partial": "yellow"}.get(s["status"]))
         console.print(table)
         for line in _item_error_lines(m):
-            console.print(redact.display_text(line), markup=False, highlight=False)
+            console.print(visible(redact.display_text(line)), markup=False, highlight=False)
     else:
         out(head)
         for s in m["steps"]:
@@ -346,7 +351,7 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
 
 def print_json_line(value: Any) -> None:
     """One JSON object on one line of stdout, flushed (a stream: ``log --follow --json``)."""
-    sys.stdout.write(json.dumps(redact.display(value), ensure_ascii=False) + "\n")
+    sys.stdout.write(visible(json.dumps(redact.display(value), ensure_ascii=False)) + "\n")
     sys.stdout.flush()
 
 
@@ -472,8 +477,8 @@ class TerminalApprover:
         for col in ("step", "tool", "intent", "arguments"):
             table.add_column(col, overflow="fold")
         for r in requests:
-            table.add_row(r.step_id, r.tool, r.intent or "",
-                          json.dumps(redact.display(r.arguments), ensure_ascii=False))
+            table.add_row(visible(r.step_id), visible(r.tool), visible(r.intent or ""),
+                          visible(json.dumps(redact.display(r.arguments), ensure_ascii=False)))
         console.print(table)
 
     def _ask(self, question: str) -> tuple[bool, str | None]:

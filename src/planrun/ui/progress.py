@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from .. import redact
+from ..loading import visible
 from . import _console, err, is_terminal
 
 # --- live progress -----------------------------------------------------------------------------
@@ -234,13 +235,14 @@ class LiveProgress:
             from rich.markup import escape
 
             self.console.print(f"{mark} {escape(sid)}{took}"
-                               f"{escape(redact.display_text(detail))}")
+                               f"{escape(visible(redact.display_text(detail)))}")
         elif kind == "stderr":
             if self.verbose:
                 from rich.markup import escape
 
                 for line in str(info.get("text") or "").splitlines():
-                    self.console.print(escape(redact.display_text(f"  {sid} stderr: {line}")))
+                    self.console.print(
+                        escape(visible(redact.display_text(f"  {sid} stderr: {line}"))))
         elif kind not in ("item_started", "retried"):
             _special(kind, info)
 
