@@ -41,7 +41,7 @@ def waiting(journal: Journal, run_id: str) -> list[ApprovalRequest]:
     """
     latest: dict[str, dict[str, Any]] = {}
     asked_at: dict[str, str] = {}
-    for e in journal.event_records(run_id):
+    for e in journal.iter_events(run_id, kinds=("approval_required",)):
         if e.kind == "approval_required" and e.step and isinstance(e.data, dict):
             latest[e.step] = e.data
             asked_at[e.step] = e.ts
@@ -282,7 +282,7 @@ def deny(journal: Journal, ref: str, *, reason: str | None = None) -> str:
 def _asked(journal: Journal, run_id: str) -> list[ApprovalRequest]:
     """Every pending step the run asked a person about (its latest request per step)."""
     latest: dict[str, ApprovalRequest] = {}
-    for e in journal.event_records(run_id):
+    for e in journal.iter_events(run_id, kinds=("approval_required",)):
         if e.kind == "approval_required" and e.step and isinstance(e.data, dict):
             latest[e.step] = ApprovalRequest(
                 step_id=e.step, tool=str(e.data.get("tool") or ""), intent=None,

@@ -77,7 +77,8 @@ def _after_denial(journal: Journal, run: RunRecord) -> str:
     import shlex
 
     again = _execute_again(run)
-    events = journal.event_records(run.run_id)
+    events = list(journal.iter_events(run.run_id, kinds=("replanned", "run_finished",
+                                                        "approval_required")))
     if run.parent_run_id:
         # A child of retry or repair holds steps its parent did: `execute` would do them
         # all again (a cron retry or repair nobody could clear ended here; found by a

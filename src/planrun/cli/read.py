@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -111,11 +112,21 @@ def log(
                 ui.print_json_line(event if tracebacks else _without_tracebacks(event))
             else:
                 ui.print_events([event], tracebacks)
-    _run_id, events = guard(lambda: api.log(settings, run), verbose, as_json)
+    # a page of events at a time, each printed as it comes: a run's events in memory at
+    # once took 680 MB for a 100,000-item fan-out (found by attack)
+    stream = api.log_stream(settings, run)
+
+    def events() -> Iterator[dict[str, Any]]:
+        while True:
+            event = guard(lambda: next(stream, None), verbose, as_json)
+            if event is None:
+                return
+            yield event if tracebacks or not as_json else _without_tracebacks(event)
+
     if as_json:
-        ui.print_json(events if tracebacks else [_without_tracebacks(e) for e in events])
+        ui.print_json_array(events())
     else:
-        ui.print_events(events, tracebacks)
+        ui.print_events(events(), tracebacks)
 
 
 def output(

@@ -24,6 +24,9 @@ from .records import (
     step_records,
 )
 
+#: Events read at a time by :meth:`ReadsMixin.iter_events`.
+EVENTS_PAGE = 1000
+
 
 class ReadsMixin(JournalBase):
     """The journal's reads: a part of :class:`planrun.journal.Journal`."""
@@ -106,11 +109,39 @@ class ReadsMixin(JournalBase):
 
     @_reads
     def event_records(self, run_id: str, after: int = 0) -> list[EventRecord]:
-        """The run's events after event id ``after``, as records in order."""
-        cur = self._c().execute(
-            "SELECT id, ts, kind, step_id, item_index, data_json FROM events "
-            "WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after))
-        return [event_record(r) for r in cur]
+        """The run's events after event id ``after``, as records in order.
+
+        All in memory: :meth:`iter_events` for a run that may have many.
+        """
+        return list(self.iter_events(run_id, after))
+
+    def iter_events(self, run_id: str, after: int = 0, kinds: tuple[str, ...] = (),
+                    page: int = EVENTS_PAGE) -> Iterator[EventRecord]:
+        """The run's events after event id ``after`` (only ``kinds``, if given), in order.
+
+        Read ``page`` events at a time (keyset pagination on the event id), so that
+        memory does not grow with the number of events (a 100,000-item fan-out has
+        200,000 and more; ``planrun log --json`` held them all, 680 MB). Events written
+        while it reads come at the end.
+
+        Raises:
+            JournalError: the journal cannot be read (exit 6).
+        """
+        where = f" AND kind IN ({', '.join('?' for _ in kinds)})" if kinds else ""
+        while True:
+            try:
+                rows = self._c().execute(
+                    "SELECT id, ts, kind, step_id, item_index, data_json FROM events "
+                    f"WHERE run_id = ? AND id > ?{where} ORDER BY id LIMIT ?",
+                    (run_id, after, *kinds, page)).fetchall()
+            except self.backend.DatabaseError as exc:
+                raise self.backend.fail(exc, "read") from None
+            for row in rows:
+                record = event_record(row)
+                after = record.id
+                yield record
+            if len(rows) < page:
+                return
 
     @_reads
     def child_run_ids(self, run_id: str) -> list[str]:

@@ -181,7 +181,7 @@ def _events(journal: Journal, run_id: str) -> tuple[list[dict[str, Any]], int, i
     """(events shown, events in all, item events left out), tracebacks dropped."""
     shown: list[dict[str, Any]] = []
     total = items = problems = 0
-    for record in journal.event_records(run_id):
+    for record in journal.iter_events(run_id):  # a page at a time, not all at once
         total += 1
         if record.item is not None:
             if record.kind in ("step_failed", "step_retried"):

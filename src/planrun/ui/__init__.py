@@ -12,11 +12,12 @@ names, ids, codes or planrun's own words, however short a secret is.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import masking, redact
@@ -83,6 +84,33 @@ def print_json(value: Any) -> None:
         sys.stdout.write(text + "\n")
     except UnicodeEncodeError:  # a terminal that is not UTF-8
         sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+
+
+def print_json_array(values: Iterable[Any]) -> None:
+    """A JSON array on stdout as :func:`print_json` writes it, each value as it comes.
+
+    Nothing is written before the first value is there (an error raised by ``values``
+    before it leaves stdout to the error), and the values are never all in memory.
+    """
+    it = iter(values)
+    first = next(it, _NONE)
+    if first is _NONE:
+        sys.stdout.write("[]\n")
+        return
+    sys.stdout.write("[")
+    sep = "\n"
+    for value in itertools.chain((first,), it):
+        shown = redact.display(value)
+        text = visible(json.dumps(shown, indent=2, ensure_ascii=False))
+        try:
+            sys.stdout.write(sep + "  " + text.replace("\n", "\n  "))
+        except UnicodeEncodeError:  # a terminal that is not UTF-8
+            sys.stdout.write(sep + "  " + json.dumps(shown, indent=2).replace("\n", "\n  "))
+        sep = ",\n"
+    sys.stdout.write("\n]\n")
+
+
+_NONE = object()
 
 
 def print_error(exc: PlanrunError, verbose: bool = False) -> None:
@@ -403,7 +431,7 @@ def print_plans(rows: Sequence[dict[str, Any]]) -> None:
             out(f"    {' '.join(str(r['goal']).split())}")
 
 
-def print_events(events: Sequence[dict[str, Any]], tracebacks: bool = False) -> None:
+def print_events(events: Iterable[dict[str, Any]], tracebacks: bool = False) -> None:
     """Events, one line each; tracebacks only when asked."""
     for e in events:
         data = dict(e["data"] or {})
