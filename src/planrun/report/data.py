@@ -10,6 +10,7 @@ and item events past :data:`ITEM_EVENTS_SHOWN` are counted, not copied.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,11 @@ from ..journal import Journal
 #: Item events (``step_started`` … of one fan-out item) copied into a report; failures and
 #: retries of items are copied up to the same number again. The rest are counted.
 ITEM_EVENTS_SHOWN = 300
+#: Events a report copies from each end of a run's events (item events past
+#: :data:`ITEM_EVENTS_SHOWN` already left out); those between are counted: a run resumed
+#: 200 times, or of 10,000 steps, has tens of thousands (20,000 events made 5 MB of a
+#: 16 MB page; found by attack).
+EVENTS_SHOWN_EACH_END = 1000
 #: Failed items of a fan-out step whose error a report names.
 FAILED_ITEMS_SHOWN = 5
 #: Bins of a fan-out step's item duration histogram.
@@ -68,7 +74,10 @@ class RunReport:
             "decided_at", "reason"}`` in order.
         events: ``{"id", "ts", "kind", "step", "item", "data"}`` in order (no
             tracebacks); ``events_total``: how many the run has, ``events_left_out``:
-            how many item events were counted, not copied.
+            how many item events were counted, not copied; ``events_cut``: how many
+            events between the first and the last :data:`EVENTS_SHOWN_EACH_END` were
+            counted, not copied, and ``events_cut_at`` the index in ``events`` where
+            they would be (None: none).
         issues: a refused run's validation issues (``Issue.to_json`` objects).
         idle: (start, end) RFC 3339 pairs when nobody drove the run.
     """
@@ -85,6 +94,8 @@ class RunReport:
     events_left_out: int
     issues: list[dict[str, Any]]
     idle: list[tuple[str, str]]
+    events_cut_at: int | None = None
+    events_cut: int = 0
 
 
 def seconds_between(start: str | None, end: str | None,
@@ -177,10 +188,18 @@ def _issues(report: Any) -> list[dict[str, Any]]:
     return found
 
 
-def _events(journal: Journal, run_id: str) -> tuple[list[dict[str, Any]], int, int]:
-    """(events shown, events in all, item events left out), tracebacks dropped."""
-    shown: list[dict[str, Any]] = []
-    total = items = problems = 0
+def _events(journal: Journal, run_id: str
+            ) -> tuple[list[dict[str, Any]], int, int, int | None, int]:
+    """(events shown, events in all, item events left out, where the cut is, events cut).
+
+    Tracebacks dropped. Of the events that would be copied (item events within
+    :data:`ITEM_EVENTS_SHOWN`), the first and the last :data:`EVENTS_SHOWN_EACH_END` are;
+    those between them are counted, and the cut is the index in the list shown where
+    they would be (None: nothing cut).
+    """
+    head: list[dict[str, Any]] = []
+    tail: deque[dict[str, Any]] = deque(maxlen=EVENTS_SHOWN_EACH_END)
+    total = items = problems = copyable = 0
     for record in journal.iter_events(run_id):  # a page at a time, not all at once
         total += 1
         if record.item is not None:
@@ -192,11 +211,13 @@ def _events(journal: Journal, run_id: str) -> tuple[list[dict[str, Any]], int, i
                 items += 1
                 if items > ITEM_EVENTS_SHOWN:
                     continue
+        copyable += 1
         event = record.to_json()
         if isinstance(event["data"], dict):
             event["data"] = {k: v for k, v in event["data"].items() if k != "traceback"}
-        shown.append(event)
-    return shown, total, total - len(shown)
+        (head if len(head) < EVENTS_SHOWN_EACH_END else tail).append(event)
+    cut = copyable - len(head) - len(tail)
+    return head + list(tail), total, total - copyable, len(head) if cut else None, cut
 
 
 def gather(journal: Journal, run_id: str) -> RunReport:
@@ -227,7 +248,7 @@ def gather(journal: Journal, run_id: str) -> RunReport:
                   "decided_by": a.decided_by, "method": a.method,
                   "decided_at": a.decided_at, "reason": a.reason}
                  for a in journal.approval_records(run_id)]
-    events, total, left_out = _events(journal, run_id)
+    events, total, left_out, cut_at, cut = _events(journal, run_id)
     issues = _issues(run.report)
     if not issues:  # a resume refused the journaled plan: its report is in the event
         refused = [e for e in events if e["kind"] == "plan_refused"]
@@ -238,5 +259,6 @@ def gather(journal: Journal, run_id: str) -> RunReport:
         manifest=redact.display(m), depends_on=depends_on, order=order, tools=tools,
         fan_outs=fan_outs, children=journal.child_run_ids(run_id),
         approvals=redact.display(approvals), events=redact.display(events),
-        events_total=total, events_left_out=left_out, issues=redact.display(issues),
+        events_total=total, events_left_out=left_out, events_cut_at=cut_at,
+        events_cut=cut, issues=redact.display(issues),
         idle=idle)

@@ -294,7 +294,11 @@ def _clock(ts: str, day: str) -> str:
 def _events(r: RunReport) -> str:
     rows = []
     day = str(r.manifest.get("started_at") or "").partition("T")[0]
-    for e in r.events:
+    for n, e in enumerate(r.events):
+        if n == r.events_cut_at:
+            rows.append(f'<tr><td colspan=4 class="muted">{r.events_cut:,} events are not '
+                        f'copied here; <code>planrun log {_e(r.manifest["run_id"])}</code> '
+                        'shows every one.</td></tr>')
         where = _e(e["step"] or "") + (f'[{_e(e["item"])}]' if e["item"] is not None else "")
         data = _json(e["data"], EVENT_DATA_CHARS) if e["data"] else ""
         rows.append(f'<tr><td class="mono when" title="{_e(e["ts"])}">{_e(_clock(e["ts"], day))}'
