@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import childenv
 from .errors import Refused, UsageError
 from .issues import Issue, PlanReport, Report
 from .paths import PlanLookupError, Settings, find_plan, shown_path
@@ -78,8 +78,7 @@ def param_input(cli: Sequence[str] = (), params_file: str | None = None) -> Para
         if name in values:
             raise UsageError(f"-p {name} is given twice; give each parameter once")
         values[name] = value
-    env = {k[len("PLANRUN_PARAM_"):]: v for k, v in os.environ.items()
-           if k.startswith("PLANRUN_PARAM_")}
+    env = {k[len("PLANRUN_PARAM_"):]: v for k, v in childenv.param_variables().items()}
     env.update({k.lower(): v for k, v in env.items() if k.lower() not in env})
     return ParamInput(cli=values, file_values=load_params_file(params_file), env=env)
 

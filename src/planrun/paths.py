@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import childenv
 from .errors import Refused, UsageError
 from .issues import Issue, Report, did_you_mean
 
@@ -315,12 +316,13 @@ def load_settings(project: str | Path | None = None, journal: str | Path | None 
     dask = {k: _positive_int(dask, k, 1, cfg_file) for k in dask}
     if journal is not None:
         journal_at = journal_location(journal, here)
-    elif os.environ.get("PLANRUN_JOURNAL"):
-        journal_at = journal_location(os.environ["PLANRUN_JOURNAL"], here)
+    elif childenv.getenv("PLANRUN_JOURNAL"):  # also while hidden from children
+        journal_at = journal_location(childenv.getenv("PLANRUN_JOURNAL") or "", here)
     elif "journal" in raw:
         journal_at = journal_location(raw["journal"], folder, resolve=False)
     else:
         journal_at = default_journal()
+    childenv.note_journal(journal_at)  # a PostgreSQL journal's PGPASSWORD: not for children
     return Settings(
         project=folder,
         config_file=config_file,

@@ -230,7 +230,7 @@ class Keeper:
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", *script, str(self._pid)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True, cwd="/")
+                start_new_session=True, close_fds=True, cwd="/", env=_keeper_env())
         except (OSError, ValueError, subprocess.SubprocessError):
             self._failed = True
             return
@@ -290,3 +290,10 @@ def signal_group(pgid: int, sig: int) -> None:
 def describe(group: Group) -> dict[str, Any]:
     """A group as shown to people (``resume --explain``, ``run_busy`` details)."""
     return {"pgid": group.pgid, "host": group.host}
+
+
+def _keeper_env() -> dict[str, str]:
+    """The keeper's environment: planrun's, less what no child gets (:mod:`.childenv`)."""
+    from . import childenv
+
+    return childenv.child_env()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import redact
+from . import childenv, redact
 from .argv import PLACEHOLDER
 from .params import render
 from .pointers import pointer_of
@@ -54,7 +54,7 @@ MAX_STREAM_BYTES = 1024 * 1024 * 1024
 #: Seconds between two looks at how much a running command wrote.
 STREAM_POLL_S = 0.05
 #: Environment variables that give parameters; tools never see them (SPEC §7).
-PARAM_ENV_PREFIX = "PLANRUN_PARAM_"
+PARAM_ENV_PREFIX = childenv.PARAM_ENV_PREFIX
 
 
 @dataclass(frozen=True)
@@ -535,8 +535,12 @@ def _read_tail(f: Any, secrets: Secrets) -> bytes:
 
 
 def _command_env(ctx: StepContext) -> dict[str, str]:
-    """The environment of a command: planrun's, less parameters, plus the call's context."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PARAM_ENV_PREFIX)}
+    """The environment of a command: planrun's, less parameters, plus the call's context.
+
+    Less what no child gets either (:func:`planrun.childenv.child_env`: parameters, the
+    journal's password).
+    """
+    env = childenv.child_env()
     env.update(PLANRUN_RUN_ID=ctx.run_id, PLANRUN_STEP_ID=ctx.step_id,
                PLANRUN_IDEMPOTENCY_KEY=ctx.idempotency_key, PLANRUN_ATTEMPT=str(ctx.attempt))
     if ctx.item_index is not None:

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import childenv
 from ..errors import ExecutorUnavailable, PlanrunError, UsageError
 from ..redact import Secrets
 from ..tools import KILL_GRACE_S, CallTimeout, ToolFailure
@@ -127,6 +128,9 @@ class DaskDispatcher(Dispatcher):
         self.abandoned = 0
         self._client: Any = None
         self._cluster: Any = None
+        #: While the local cluster lives: the journal's credentials and parameters out of
+        #: the environment its worker processes start with (:func:`childenv.hidden`).
+        self._hiding: contextlib.ExitStack | None = None
         self._queue: deque[_Pending] = deque()  # calls waiting for a free task slot
         self._waking = False
         self._ended = False
@@ -167,11 +171,17 @@ class DaskDispatcher(Dispatcher):
             with dask.config.set({"distributed.scheduler.allowed-failures": 0,
                                   "distributed.comm.timeouts.connect": timeout}):
                 if self.address is None:
+                    # A nanny starts a worker process (again, after one died) with this
+                    # process's environment as it is then: from now until close()
+                    # nothing of what children must not know is in it.
+                    hide = _hidden()
+                    self._hiding = contextlib.ExitStack()
+                    self._hiding.enter_context(childenv.hidden())
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.workers, threads_per_worker=self.threads,
                         processes=True, host="127.0.0.1", dashboard_address=None,
                         protocol="tcp://",
-                        env={worker.OWNED_ENV: "1", worker.HIDE_ENV: ",".join(_hidden())})
+                        env={worker.OWNED_ENV: "1", worker.HIDE_ENV: ",".join(hide)})
                     self._client = distributed.Client(self._cluster, timeout=timeout)
                     self._check()
                 else:
@@ -272,6 +282,9 @@ class DaskDispatcher(Dispatcher):
             if thing is not None:
                 with contextlib.suppress(Exception):
                     thing.close()
+        hiding, self._hiding = self._hiding, None
+        if hiding is not None:
+            hiding.close()
 
     def __enter__(self) -> DaskDispatcher:
         self.open()
@@ -596,17 +609,11 @@ def _hidden() -> list[str]:
     """What the local dispatcher keeps from tools besides ``PLANRUN_PARAM_*`` (SPEC §11).
 
     ``PLANRUN_JOURNAL`` when it is a URL with a password; ``PGPASSWORD`` while this
-    process journals to PostgreSQL. Workers planrun starts inherit its environment.
+    process journals to PostgreSQL. The worker processes planrun starts do not get them
+    (:meth:`DaskDispatcher.open` hides them while the cluster lives); a worker removes
+    them again should it still have them (e.g. set in ``distributed.nanny.environ``).
     """
-    from ..journal.backends import shown_location
-
-    names = []
-    journal = os.environ.get("PLANRUN_JOURNAL", "")
-    if "://" in journal and shown_location(journal) != journal:
-        names.append("PLANRUN_JOURNAL")
-    if "planrun.journal.backends.postgres" in sys.modules:
-        names.append("PGPASSWORD")
-    return names
+    return [n for n in childenv.hidden_names() if not n.startswith(childenv.PARAM_ENV_PREFIX)]
 
 
 def _allowed_failures(dask_scheduler: Any = None) -> Any:

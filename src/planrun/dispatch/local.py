@@ -27,13 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import masking, procs
-from ..journal.backends import shown_location
+from .. import childenv, masking, procs
 from ..redact import Secrets
 from ..registry import ToolSpec
 from ..streams import drop_broken
 from ..tools import (
-    PARAM_ENV_PREFIX,
     CallTimeout,
     _Raised,
     await_tool,
@@ -212,28 +210,16 @@ class LocalDispatcher(Dispatcher):
             procs.signal_group(pgid, signal.SIGTERM)
 
 
-@contextlib.contextmanager
-def _without_param_env() -> Iterator[None]:
+def _without_param_env() -> contextlib.AbstractContextManager[None]:
     """While tools run, ``PLANRUN_PARAM_*`` is not in the environment (SPEC §7).
 
     Nor ``PLANRUN_JOURNAL`` when it is a URL with a password, nor ``PGPASSWORD`` while this
-    process journals to PostgreSQL (SPEC §11).
+    process journals to PostgreSQL (SPEC §11): :func:`planrun.childenv.hidden`.
 
     A tool receives a parameter only as an argument the plan gives it: commands, python
     tools (``os.environ``) and what they start do not inherit the variables.
     """
-    taken = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(PARAM_ENV_PREFIX)}
-    # A journal URL with a password (SPEC §11) is not the tools' business either, nor,
-    # while this process journals to PostgreSQL, the password libpq reads from PGPASSWORD.
-    journal = os.environ.get("PLANRUN_JOURNAL", "")
-    if "://" in journal and shown_location(journal) != journal:
-        taken["PLANRUN_JOURNAL"] = os.environ.pop("PLANRUN_JOURNAL")
-    if "planrun.journal.backends.postgres" in sys.modules and "PGPASSWORD" in os.environ:
-        taken["PGPASSWORD"] = os.environ.pop("PGPASSWORD")
-    try:
-        yield
-    finally:
-        os.environ.update(taken)
+    return childenv.hidden()
 
 
 #: The process's stdin (a duplicate of fd 0) while :func:`_stdout_to_stderr` holds it.

@@ -141,11 +141,11 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, fout: Any, ferr: Any) -
 
 
 def _run_command(planner: Planner, request: dict[str, Any], secrets: Secrets) -> bytes:
-    from .. import procs
-    from ..tools import PARAM_ENV_PREFIX, StreamPastBound
+    from .. import childenv, procs
+    from ..tools import StreamPastBound
 
     argv = list(planner.argv or ())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(PARAM_ENV_PREFIX)}
+    env = childenv.child_env()  # no parameters, no journal password (SPEC §7, §11)
     with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout, \
             tempfile.TemporaryFile() as ferr:
         fin.write(json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogatepass"))

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -64,6 +65,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import psycopg
 
+from ... import childenv
 from ...errors import JournalError
 from ..schema import MIGRATIONS, SCHEMA_VERSION
 from . import Fail, shown_location
@@ -811,6 +813,12 @@ class PostgresBackend:
             extra["connect_timeout"] = CONNECT_TIMEOUT_S
         if "application_name" not in query:
             extra["application_name"] = "planrun"
+        if "PGPASSWORD" not in os.environ and _password(self.location) is None:
+            # kept from children while they may start (planrun.childenv.hidden): libpq
+            # gets it as it would have read it
+            kept = childenv.getenv("PGPASSWORD")
+            if kept:
+                extra["password"] = kept
         try:
             raw = psycopg.connect(self.location, autocommit=True, prepare_threshold=None,
                                   **extra)
