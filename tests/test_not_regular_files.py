@@ -10,6 +10,7 @@ Real processes with a timeout: a hang fails the test instead of stopping the sui
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -161,3 +162,66 @@ def test_validate_of_no_plans_says_why(root: Path, state: str, said: str) -> Non
     result = planrun(root, "validate")
     assert result.returncode == 0, result
     assert f"warning[not_found]: {said}" in result.stdout
+
+
+# `planrun repair` writes the revised plan where the failed run's plan file was (found by
+# a review: it replaced whatever was there, a FIFO or a device included, without a word).
+FAILING_TOOLS = f"""
+tools:
+  boom:
+    command: ["{sys.executable}", "-c", "import sys; sys.exit(3)"]
+    arguments: {{type: object}}
+  fine:
+    command: ["{sys.executable}", "-c", "pass"]
+    arguments: {{type: object}}
+"""
+FIXING_PLANNER = """
+import json, sys
+plan = json.load(sys.stdin)["run"]["plan"]
+plan["steps"][0]["tool"] = "fine"
+print(json.dumps(plan))
+"""
+
+
+def _failed_run(root: Path) -> str:
+    (root / "tools.yaml").write_text(FAILING_TOOLS)
+    (root / "plans" / "p.yaml").write_text(
+        "planrun: 1\ngoal: fail once\nsteps:\n  - {id: a, tool: boom, arguments: {}}\n")
+    (root / "fix.py").write_text(FIXING_PLANNER)
+    result = planrun(root, "execute", "p", "--json")
+    assert result.returncode == 1, result.stderr
+    return str(json.loads(result.stdout)["run_id"])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device", "folder", "dangling"])
+def test_repair_never_writes_its_revision_over_what_is_no_regular_file(
+        root: Path, kind: str) -> None:
+    run_id = _failed_run(root)
+    target = root / "plans" / "p.yaml"
+    with not_regular(target, kind):
+        before = os.lstat(target)
+        result = planrun(root, "repair", run_id, "--planner", f"cmd:{sys.executable} fix.py",
+                         "--json")
+        assert result.returncode == 2, (result.returncode, result.stderr)
+        said = json.loads(result.stdout)["error"]
+        assert said["code"] == "usage"
+        assert said["message"].startswith(f"cannot write the revised plan to {target}: ")
+        assert ("symlink to nothing" if kind == "dangling"
+                else "not a regular file") in said["message"]
+        assert "Traceback" not in result.stderr
+        after = os.lstat(target)  # still what it was, never replaced
+        assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    runs = json.loads(planrun(root, "runs", "--json").stdout)
+    assert [r["run_id"] for r in runs] == [run_id]  # no child run was started
+
+
+def test_repair_through_a_symlink_replaces_the_file_it_names(root: Path) -> None:
+    run_id = _failed_run(root)
+    real = root / "shared-p.yaml"
+    (root / "plans" / "p.yaml").rename(real)
+    (root / "plans" / "p.yaml").symlink_to(real)
+    result = planrun(root, "repair", run_id, "--planner", f"cmd:{sys.executable} fix.py",
+                     "--json")
+    assert result.returncode == 0, result.stderr
+    assert (root / "plans" / "p.yaml").is_symlink()
+    assert "tool: fine" in real.read_text()

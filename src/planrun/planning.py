@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -135,13 +136,36 @@ def render(data: dict[str, Any], suffix: str) -> str:
     return text if same else json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
+#: Why a plan file is not written (:func:`_write`): what is there is no regular file.
+NOT_REGULAR = ("it is not a regular file (a FIFO, a device, a socket or a folder); planrun "
+               "never writes a plan over one")
+
+
 def _write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file in its folder, renamed).
 
-    Never over a journal (:func:`planrun.paths.refuse_database`: ``OSError``).
+    Only a regular file (or a new one) is replaced. A symlink to a regular file stays a
+    symlink: the file it names is replaced (as ``planrun report --out`` does). Anything
+    else where the plan file would be — a FIFO, a device, a socket, a folder, a symlink to
+    one of them or to nothing — is never replaced nor opened (a FIFO would be waited on).
+    Never over a journal (:func:`planrun.paths.refuse_database`).
+
+    Raises:
+        OSError: not written (:data:`NOT_REGULAR` as ``strerror`` for what is no regular
+            file); callers make it ``usage`` (exit 2).
     """
     from .paths import refuse_database
 
+    if os.path.lexists(path):
+        try:
+            found = os.stat(path)  # through a symlink
+        except FileNotFoundError:
+            raise OSError(0, "it is a symlink to nothing; planrun never writes a plan "
+                          "through one") from None
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(0, NOT_REGULAR)
+        if os.path.islink(path):
+            path = Path(os.path.realpath(path))
     refuse_database(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -364,9 +388,7 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
             final.update({k: v for k, v in data.items()
                           if k not in ("planrun", "name", "revision")})
             text = render(final, target.suffix)
-            if target.exists() and not target.is_file():  # a device, a FIFO: never replaced
-                raise OSError(0, "not a regular file")
-            _write(target, text)
+            _write(target, text)  # a device, a FIFO: never replaced
     except OSError as exc:
         session.fail({"code": "usage", "message": f"cannot write {target}: "
                       f"{exc.strerror or exc}"})

@@ -355,7 +355,9 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
                     _write(target, render(final, target.suffix))
                 except OSError as exc:
                     raise UsageError(f"cannot write the revised plan to {target}: "
-                                     f"{exc.strerror or exc}") from None
+                                     f"{exc.strerror or exc}",
+                                     hint="Make it a regular file you can write (or remove "
+                                     "it), then repair again; nothing ran.") from None
             if on_written is not None:
                 was = "new" if before is None else f"was {prev_rev}"
                 on_written(f"wrote plan {row.plan_name!r} revision {revision} ({was}) to "
