@@ -59,6 +59,10 @@ def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
     A planning session whose ``planrun plan`` died is settled first (``refused``, code
     ``interrupted``).
 
+    When ``next`` would be ``planrun resume RUN``, the journaled plan is checked as resume
+    checks it (against this project's tools.yaml and policy, :func:`resume_check`), so
+    that ``next`` says what resume would do.
+
     Raises:
         RunError: ``unknown_run`` (exit 5).
     """
@@ -66,11 +70,55 @@ def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
 
     with _snapshot(settings) as journal:
         shown = manifest.build(journal, journal.resolve_run_id(run_ref))
-    if shown.get("status") != "planning":
-        return shown
+        if shown.get("status") != "planning":
+            resume_check(settings, journal, shown)
+            return shown
     _settle_planning(settings)
     with _snapshot(settings) as journal:
         return manifest.build(journal, journal.resolve_run_id(shown["run_id"]))
+
+
+def resume_check(settings: Settings, journal: Any, shown: dict[str, Any]) -> None:
+    """Make a manifest's ``next`` ``planrun resume RUN`` true to what resume would do.
+
+    Resume rebuilds the journaled plan against the current tools.yaml and policy
+    (:func:`planrun.lifecycle.journaled_plan`) and refuses it when it no longer passes. Then
+    ``next`` becomes:
+
+    - ``planrun resume RUN -p NAME=VALUE ...`` when only the run's secret parameters are
+      missing (never journaled; ``PLANRUN_PARAM_<NAME>`` given to this process counts);
+    - ``planrun resume RUN --explain`` otherwise (it lists the issues), and
+      ``resume_refused`` {``code``, ``message``} says why resume would refuse (the first
+      issue; exit 3 for resume).
+
+    A manifest whose ``next`` is anything else is left as it is.
+    """
+    run_id = shown["run_id"]
+    if shown.get("next") != f"planrun resume {run_id}":
+        return
+    from .checking import param_input
+    from .errors import Refused
+    from .lifecycle import journaled_plan, missing_secrets
+
+    row = journal.run(run_id)
+    try:
+        report, plan = journaled_plan(settings, row, param_input())
+    except Refused as exc:  # tools.yaml or planrun.toml is broken now
+        shown["next"] = f"planrun resume {run_id} --explain"
+        shown["resume_refused"] = {"code": exc.code, "message": exc.message}
+        return
+    if plan is not None:
+        return
+    secrets = missing_secrets(row, report.issues)
+    if secrets:
+        shown["next"] = f"planrun resume {run_id} " + " ".join(f"-p {n}=VALUE" for n in secrets)
+        return
+    first = report.issues[0] if report.issues else None
+    shown["next"] = f"planrun resume {run_id} --explain"
+    shown["resume_refused"] = {
+        "code": first.code if first else "refused",
+        "message": "the journaled plan no longer passes validation against the current "
+        "tools.yaml and policy" + (f": {first.message}" if first else "")}
 
 
 def runs(settings: Settings, *, plan: str | None = None, status: str | None = None,
