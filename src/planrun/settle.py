@@ -52,12 +52,34 @@ def resolve(settings: Settings, run_ref: str, step: str, *, succeeded: bool,
                 if succeeded and item is None else None
             journal.resolve_step(run_id, step, succeeded=succeeded, output=value,
                                  reason=reason, decided_by=user_name(), item=item,
-                                 facets=facets)
+                                 facets=facets,
+                                 skips=_stale_skips(journal, run_id, step, succeeded)
+                                 if item is None else None)
         finally:
             journal.release_lease(run_id, owner)
         from . import manifest
 
         return manifest.build(journal, run_id)
+
+
+def _stale_skips(journal: Journal, run_id: str, step: str, succeeded: bool
+                 ) -> dict[str, str]:
+    """Skipped steps whose reason says ``step`` is indeterminate → their reason once resolved.
+
+    Their skip was decided while ``step`` was indeterminate; the journal keeps that they
+    were skipped (a failed run is not run further: ``planrun retry`` runs them), but their
+    reason is current text in ``status`` and the report, and "dependency 'x' indeterminate"
+    is no longer true once ``x`` is resolved. Steps skipped because *they* depend on a
+    skipped step keep their reason ("dependency 'y' skipped" stays true).
+    """
+    from .execution.common import dependency_message
+
+    was = dependency_message(step, "indeterminate")
+    now = (f"{was} when the run stopped; resolved as succeeded since" if succeeded
+           else dependency_message(step, "failed") + " (resolved as failed)")
+    return {r.step_id: now for r in journal.steps(run_id)
+            if r.status == "skipped" and r.skip_reason == "dependency"
+            and isinstance(r.error, dict) and r.error.get("message") == was}
 
 
 def _facets_of(row: RunRecord, step: str, output: Any) -> dict[str, Any] | None:

@@ -101,6 +101,15 @@ def internal_error(exc: BaseException, where: str, run_id: str,
             f"in planrun — `planrun log {run_id} --tracebacks` shows where", "traceback": tb}
 
 
+def dependency_message(dep: str, status: str) -> str:
+    """Why a step was skipped: ``dependency 'DEP' STATUS`` (its ``dependency`` error).
+
+    The one wording, also recognised by ``planrun resolve`` (:mod:`planrun.settle`), which
+    says so when it settles ``DEP``.
+    """
+    return f"dependency {dep!r} {status}"
+
+
 #: Default bound on re-dispatches of a call cut short by a crash (SPEC §5 ``max_recoveries``).
 MAX_RECOVERIES = 3
 

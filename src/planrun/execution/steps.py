@@ -26,6 +26,7 @@ from .common import (
     IN_JOURNAL,
     Later,
     Outcome,
+    dependency_message,
     facets_of,
     idempotency_key,
     inject_fault,
@@ -293,7 +294,7 @@ class Steps(RunParts):
                 reason = reason or ("condition", f"dependency {dep!r} was skipped by its "
                                     "condition")
                 continue
-            return ("dependency", f"dependency {dep!r} {st.status}")
+            return ("dependency", dependency_message(dep, st.status))
         return reason
 
     def _wrong_above(self, sid: str) -> bool:

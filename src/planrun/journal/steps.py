@@ -242,11 +242,14 @@ class StepsMixin(JournalBase):
 
     def resolve_step(self, run_id: str, step_id: str, *, succeeded: bool, output: Any,
                      reason: str | None, decided_by: str, item: int | None = None,
-                     facets: dict[str, Any] | None = None) -> None:
+                     facets: dict[str, Any] | None = None,
+                     skips: dict[str, str] | None = None) -> None:
         """Settle an indeterminate step (or fan-out item) by a person's word.
 
         Journaled with an ``indeterminate_resolved`` event naming who decided. ``facets``:
-        a step's facets computed from the output it is resolved with.
+        a step's facets computed from the output it is resolved with. ``skips``: skipped
+        steps whose reason named the step as indeterminate → their reason now (written in
+        the same transaction; listed in the event's ``skips``).
 
         Raises:
             RunError: no such step/item, or it is not indeterminate.
@@ -284,6 +287,14 @@ class StepsMixin(JournalBase):
                               (dumps(output), ts, key))
                 else:
                     c.execute("DELETE FROM idempotency_keys WHERE key = ?", (key,))
+            for skipped, message in (skips or {}).items():
+                c.execute("UPDATE steps SET error_json = ? WHERE run_id = ? AND step_id = ? "
+                          "AND status = 'skipped' AND skip_reason = 'dependency'",
+                          (dumps({"code": "dependency", "message": message}), run_id, skipped))
+            data: dict[str, Any] = {"status": status, "decided_by": decided_by,
+                                    "reason": reason}
+            if skips:
+                data["skips"] = skips
             self._event(c, run_id, "indeterminate_resolved", step_id=step_id, item=item, ts=ts,
-                        data={"status": status, "decided_by": decided_by, "reason": reason})
+                        data=data)
 
