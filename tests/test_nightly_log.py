@@ -75,8 +75,10 @@ def test_the_log_of_a_run_says_which_run_it_was_how_it_ended_and_what_next(
     assert end.startswith(f"planrun: run {run_id} (failing r1): failed — 1/2 succeeded, "
                           "1 failed"), end
     assert re.search(rf" at {RFC3339}; next: planrun retry {run_id}$", end), end
+    # Every line between names the run too: a log several runs write to can be split.
+    assert all(line.startswith(f"planrun: run {run_id}: ") for line in lines[1:-1]), lines
     # A message of several lines stays on its event's one line.
-    broken = [line for line in lines if line.startswith("planrun: broken failed")]
+    broken = [line for line in lines if line.startswith(f"planrun: run {run_id}: broken failed")]
     assert len(broken) == 1, lines
     assert "not fixed yet: line two of the reason line three" in broken[0], lines
 
@@ -315,12 +317,40 @@ def test_a_second_run_of_a_plan_a_live_process_drives_says_so(tmp_path: Path) ->
         gate.write_text("")
         first.communicate(timeout=60)
     assert res.returncode == 0, res
-    notes = [line for line in res.stderr.splitlines() if line.startswith("planrun: note:")]
+    notes = [line for line in res.stderr.splitlines() if ": note: " in line]
     assert len(notes) == 1, res.stderr
+    second = json.loads(res.stdout)["run_id"]
     assert notes[0].startswith(
-        f"planrun: note: run {live} of this plan is running now too ("), notes
+        f"planrun: run {second}: note: run {live} of this plan is running now too ("), notes
     # a run nobody drives (its process killed) is not noted
     killed_waiting_run(app, tmp_path / "gate2")
     again = run(app, "execute", "wait", "-p", f"path={tmp_path / 'open'}", "--json")
     assert again.returncode == 0, again
-    assert "planrun: note:" not in again.stderr, again.stderr
+    assert ": note: " not in again.stderr, again.stderr
+
+
+def test_a_log_several_runs_wrote_at_once_splits_by_run(tmp_path: Path) -> None:
+    """Three runs at once append their stderr to one file (cron jobs sharing a log): the
+    lines of each are found by ``planrun: run ID`` alone, and they are all of its lines,
+    from its first to its summary (found by a review: step lines named no run)."""
+    from harness import planrun_command
+
+    app = failing_project(tmp_path)
+    log = tmp_path / "cron.log"
+    with log.open("ab") as f:
+        procs = [subprocess.Popen([*planrun_command(), "execute", "failing", "--json"],
+                                  cwd=app, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=f) for _ in range(3)]
+        ids = [json.loads(p.communicate(timeout=60)[0])["run_id"] for p in procs]
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert len(set(ids)) == 3
+    mine = {i: [line for line in lines if line.startswith(f"planrun: run {i}")] for i in ids}
+    assert sum(len(v) for v in mine.values()) == len(lines), lines  # no line is nobody's
+    for run_id, own in mine.items():
+        assert own[0].startswith(f"planrun: run {run_id} (failing r1) started at "), own
+        assert own[-1].startswith(f"planrun: run {run_id} (failing r1): failed"), own
+        steps = [line.removeprefix(f"planrun: run {run_id}: ").split(" ")[:2]
+                 for line in own[1:-1]]
+        assert ["first", "started"] in steps
+        assert ["first", "succeeded"] in steps
+        assert ["broken", "failed"] in steps

@@ -784,10 +784,10 @@ def test_fan_out_progress_lines_off_a_terminal(tmp_path: Path) -> None:
     root = _fan_project(tmp_path)
     res = run(root, "execute", "fan", "-p", "n=20", "--approve", "wipe")
     assert res.returncode == 0, res
-    counts = [int(m.group(1)) for m in re.finditer(r"^planrun: double (\d+)/20 items",
+    counts = [int(m.group(1)) for m in re.finditer(r"^planrun: run \w+: double (\d+)/20 items",
                                                    res.stderr, flags=re.M)]
     assert counts == [2, 4, 6, 8, 10, 12, 14, 16, 18], res.stderr  # every tenth
-    assert "planrun: double succeeded" in res.stderr
+    assert re.search(r"planrun: run \w+: double succeeded", res.stderr), res.stderr
     quiet = run(root, "execute", "fan", "-p", "n=20", "--approve", "wipe", "-q")
     assert quiet.stderr == ""
 
@@ -1002,12 +1002,12 @@ def test_changed_plan_note_from_any_folder_and_in_explain(tmp_path: Path) -> Non
     gate.touch()
     res = run(app, "resume")
     assert res.returncode == 0, res
-    note = "planrun: note: plans/wait.yaml changed since run"
+    note = ": note: plans/wait.yaml changed since run"
     assert res.stderr.count(note) == 1, res.stderr
     # said before any step runs (it matters to what is about to run), not after them
     lines = res.stderr.splitlines()
     first_step = next(i for i, line in enumerate(lines)
-                      if re.match(r"planrun: [\w-]+ started", line))
+                      if re.match(r"planrun: run \w+: [\w-]+ started", line))
     assert next(i for i, line in enumerate(lines) if note in line) < first_step, res.stderr
     quiet = run(app, "resume", "-q")  # nothing left to do: refused, no note needed
     assert "Traceback" not in quiet.stderr

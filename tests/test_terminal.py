@@ -108,8 +108,12 @@ def test_progress_off_a_terminal_is_plain_lines_without_escape_codes(
     assert res.returncode == 0, res.stderr
     assert not ANSI.search(res.stderr)
     assert not ANSI.search(res.stdout)
-    assert "planrun: double started (3 items)" in res.stderr
-    assert "planrun: wipe succeeded" in res.stderr
+    run_id = re.search(r"^planrun: run (\w+) ", res.stderr, flags=re.M)
+    assert run_id is not None, res.stderr
+    # every line of the run names it: a log several runs write to can be split by run
+    tag = f"planrun: run {run_id.group(1)}: "
+    assert f"{tag}double started (3 items)" in res.stderr
+    assert f"{tag}wipe succeeded" in res.stderr
     # stdout holds only the result
     assert res.stdout.startswith("run ")
     quiet = run(fan_project, "execute", "fan", "-p", "n=3", "--approve", "wipe", "-q")

@@ -17,7 +17,15 @@ from . import _console, err, is_terminal
 
 
 class PlainProgress:
-    """One line per event on stderr (not a terminal): no escape codes, easy to grep."""
+    """One line per event on stderr (not a terminal): no escape codes, easy to grep.
+
+    Every line of a run starts ``planrun: run RUN_ID`` — its first line (``planrun: run
+    ID (PLAN rN) started at …``), each step's (``planrun: run ID: STEP started``), its
+    notes and its last line (:func:`planrun.ui.print_run_end`) — so that a log several
+    runs write to at once (cron jobs sharing a file, CI steps in parallel) can be split
+    by run with ``grep 'planrun: run ID'``. A terminal shows one run at a time: its live
+    view names no run.
+    """
 
     #: A fan-out step prints a progress line every this many seconds at most apart...
     EVERY_S = 30.0
@@ -26,6 +34,8 @@ class PlainProgress:
 
     def __init__(self, verbose: bool = False) -> None:
         self.verbose = verbose
+        #: ``run ID: `` once the run's first event named it (then on every line).
+        self.tag = ""
         self.started: dict[str, float] = {}
         #: fan-out step → [done, total, done when started here, last line's time, last done]
         self.fans: dict[str, list[Any]] = {}
@@ -34,9 +44,12 @@ class PlainProgress:
         done, total, first, _last_t, _last_done = self.fans[sid]
         took = now - self.started.get(sid, now)
         rate = item_rate(done - first, took)
-        err(f"planrun: {sid} {done}/{total} items" + (f", {rate}" if rate else ""))
+        self._say(f"{sid} {done}/{total} items" + (f", {rate}" if rate else ""))
         self.fans[sid][3] = now
         self.fans[sid][4] = done
+
+    def _say(self, text: str) -> None:
+        err(f"planrun: {self.tag}{text}")
 
     def __call__(self, kind: str, sid: str, info: dict[str, Any]) -> None:
         """Report one executor event.
@@ -50,7 +63,7 @@ class PlainProgress:
         now = time.monotonic()
         if kind == "stderr":
             if self.verbose:
-                _stderr_lines(sid, info)
+                _stderr_lines(sid, info, self.tag)
             return
         if kind == "item_done" and sid in self.fans:
             fan = self.fans[sid]
@@ -62,6 +75,7 @@ class PlainProgress:
         if kind == "run":
             # the first line of a run in a log: which run, which plan, when (a cron log
             # of many nights must say where each run begins; found by a fresh operator)
+            self.tag = f"run {info.get('run_id')}: "
             err(f"planrun: run {info.get('run_id')} ({info.get('plan')} "
                 f"r{info.get('revision')}) {info.get('begun')} at {info.get('at')}")
             return
@@ -72,7 +86,7 @@ class PlainProgress:
                 self.fans[sid] = [done, int(info["items"]), done, now, done]
             items = f" ({info['items']} items)" if "items" in info else ""
             attempt = f" (attempt {info['attempt']})" if info.get("attempt", 1) > 1 else ""
-            err(f"planrun: {sid} started{items}{attempt}")
+            self._say(f"{sid} started{items}{attempt}")
         elif kind in ("succeeded", "partial", "failed", "indeterminate", "replayed"):
             took = now - self.started.pop(sid, now)
             self.fans.pop(sid, None)
@@ -80,15 +94,15 @@ class PlainProgress:
             if info.get("error"):  # one line per event, also for a message of several
                 message = " ".join(str(info["error"].get("message")).split())
                 detail = f": [{info['error'].get('code')}] {message}"
-            err(f"planrun: {sid} {kind} in {took:.2f}s{detail}")
+            self._say(f"{sid} {kind} in {took:.2f}s{detail}")
         elif kind == "skipped":
-            err(f"planrun: {sid} skipped ({info.get('reason')}): {info.get('message')}")
+            self._say(f"{sid} skipped ({info.get('reason')}): {info.get('message')}")
         elif kind == "retried":
             e = info.get("error") or {}
-            err(f"planrun: {sid} attempt {info.get('attempt')} failed ({e.get('code')}); "
-                "retrying")
+            self._say(f"{sid} attempt {info.get('attempt')} failed ({e.get('code')}); "
+                      "retrying")
         else:
-            _special(kind, info)
+            _special(kind, info, self.tag)
 
 
 def item_rate(items: int, seconds: float) -> str:
@@ -104,32 +118,34 @@ def item_rate(items: int, seconds: float) -> str:
     return f"{rate:.1f} items/s" if rate < 10 else f"{rate:.0f} items/s"
 
 
-def _stderr_lines(where: str, info: dict[str, Any]) -> None:
+def _stderr_lines(where: str, info: dict[str, Any], tag: str = "") -> None:
     """``-v``: what a command that succeeded wrote on stderr (its kept tail)."""
     for line in str(info.get("text") or "").splitlines():
-        err(f"planrun: {where} stderr: {line}")
+        err(f"planrun: {tag}{where} stderr: {line}")
 
 
-def _special(kind: str, info: dict[str, Any]) -> None:
+def _special(kind: str, info: dict[str, Any], tag: str = "") -> None:
+    """The lines of a run's other events; ``tag``: ``run ID: `` after ``planrun: ``."""
     if kind == "interrupt":
         n = info.get("running", 0)
         again = ("press Ctrl-C again to cancel them now" if is_terminal(sys.stdin)  # no
                  else f"kill -INT {os.getpid()} cancels them now")  # keyboard under cron
-        err(f"planrun: interrupted; no new step starts. Waiting up to {info.get('grace_s')}"
+        err(f"planrun: {tag}interrupted; no new step starts. Waiting up to {info.get('grace_s')}"
             f" s for {n} running call(s); {again}.")
     elif kind == "note":
-        err(f"planrun: note: {info.get('text')}")
+        err(f"planrun: {tag}note: {info.get('text')}")
     elif kind == "overlap":
-        err(f"planrun: note: run {info.get('run_id')} of this plan is running now too "
+        err(f"planrun: {tag}note: run {info.get('run_id')} of this plan is running now too "
             f"({info.get('owner')}); each run does all its steps, so both do them (a cron "
             "job: see 'Running from cron' in the docs)")
     elif kind == "cancel":
-        err("planrun: cancelling the running calls now")
+        err(f"planrun: {tag}cancelling the running calls now")
     elif kind == "timeout":
-        err("planrun: the run's timeout ran out; cancelling the running calls")
+        err(f"planrun: {tag}the run's timeout ran out; cancelling the running calls")
     elif kind == "lease_lost":
-        err("planrun: another process took this run's lease; stopping" if not info.get("why")
-            else f"planrun: {info['why']}; giving the run up before its lease runs out")
+        err(f"planrun: {tag}another process took this run's lease; stopping"
+            if not info.get("why")
+            else f"planrun: {tag}{info['why']}; giving the run up before its lease runs out")
 
 
 class LiveProgress:
