@@ -337,3 +337,41 @@ def test_a_denied_repair_or_retry_child_points_back_at_its_parent(tmp_path: Path
     done = planrun(root, "repair", parent, "--planner", fixer(), "--approve", "publish")
     assert done.returncode == 0, done.stderr
     assert (root / "effects.txt").read_text(encoding="utf-8").splitlines() == ["build"]
+
+
+def test_replan_exhausted_in_json_points_at_no_text_around_it(tmp_path: Path) -> None:
+    """With ``--json`` no report is printed above the error line (it is the error
+    object's ``plans`` on stdout): the message said "the last report is above" there,
+    on stdout and stderr alike (found by a review). ``plan`` and ``repair`` both."""
+    root = project(tmp_path)
+    (root / "plans" / "publish.yaml").write_text(PUBLISH, encoding="utf-8")
+    failed = planrun(root, "execute", "publish", "--json")
+    run_id = json.loads(failed.stdout)["run_id"]
+    (root / "eager.py").write_text(FIX.replace(
+        'print(json.dumps(plan))',
+        'plan["steps"][0]["arguments"]["line"] += " again"\nprint(json.dumps(plan))'),
+        encoding="utf-8")
+    (root / "wrong.py").write_text(
+        "import json\nprint(json.dumps({'planrun': 1, 'goal': 'g', 'steps': "
+        "[{'id': 'a', 'tool': 'nte', 'arguments': {}}]}))\n", encoding="utf-8")
+    for argv, run in (
+            (["repair", run_id, "--planner", f"cmd:{sys.executable} eager.py"], run_id),
+            (["plan", "do a thing", "--planner", f"cmd:{sys.executable} wrong.py"], None)):
+        r = planrun(root, *argv, "--max-rounds", "1", "--json")
+        assert r.returncode == 3, r.stderr
+        data = json.loads(r.stdout)
+        error = data["error"]
+        assert error["code"] == "replan_exhausted"
+        assert data["plans"][0]["issues"]  # the report is in the object, not "above"
+        for said in (error["message"], r.stderr):
+            for word in ("above", "below", "follows"):
+                assert word not in said, (word, said)
+        run = run or error["message"].split("planrun log ")[1].split()[0]
+        assert error["message"] == (f"no valid plan in 1 round(s) (planrun log {run} "
+                                    "shows every round)")
+        # stderr keeps its one line with the first reason
+        assert "error[replan_exhausted]: no valid plan in 1 round(s) (planrun log" in r.stderr
+        # and on a terminal's text form the report is above, as it says
+        text = planrun(root, *argv, "--max-rounds", "1")
+        assert "the last report is above" in text.stderr
+        assert text.stderr.index("error[replan_exhausted]") > text.stderr.index("error[")

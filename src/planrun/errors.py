@@ -91,6 +91,11 @@ class PlanrunError(Exception):
         details: extra data shown with ``-v`` and in JSON output.
         run_id: the run the error is about, when there is one (``run_id`` of the JSON
             error object: a monitor reads it there, not out of the hint's text).
+
+    ``placed_message``: set when ``message`` points at text printed around it on a
+    terminal ("the last report is above"); it is the message for output where that text
+    is not there or elsewhere (``--json`` on stdout and stderr, the MCP server), read
+    with :meth:`unplaced`.
     """
 
     exit_code: int = EXIT_USAGE
@@ -111,6 +116,11 @@ class PlanrunError(Exception):
         self.hint = hint
         self.details = details
         self.run_id = run_id
+        self.placed_message: str | None = None
+
+    def unplaced(self) -> str:
+        """The message without words about where other output is (``placed_message``)."""
+        return self.placed_message or self.message
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}" + (f" {self.hint}" if self.hint else "")

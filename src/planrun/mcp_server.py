@@ -208,12 +208,12 @@ def _words(value: Any) -> set[str]:
 
 def _failure(exc: PlanrunError, secrets: dict[str, Any] | None = None) -> CallToolResult:
     data: dict[str, Any] = {"ok": False, "error": {
-        "code": exc.code, "message": exc.message, "hint": exc.hint,
+        "code": exc.code, "message": exc.unplaced(), "hint": exc.hint,
         "exit_status": exc.exit_code}}
     report = getattr(exc, "report", None)
     if isinstance(report, api.Report):
         data.update(report.to_json())
-    lines = [f"error[{exc.code}]: {exc.message}"]
+    lines = [f"error[{exc.code}]: {exc.unplaced()}"]  # its report comes after it here
     if isinstance(report, api.Report):
         lines += [_issue_line(i) for i in report.all_issues()]
     if exc.hint:

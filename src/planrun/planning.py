@@ -357,6 +357,9 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
         session.fail({"code": exc.code, "rounds": rounds, **report})
         exc.message = (f"no valid plan in {rounds} round(s); the last report is above. "
                        f"planrun log {session.run_id} shows every round")
+        # --json, MCP: the report is the error's "plans", or follows it
+        exc.placed_message = (f"no valid plan in {rounds} round(s) (planrun log "
+                              f"{session.run_id} shows every round)")
         raise
     except BaseException as exc:  # Ctrl-C, a journal error: the session does not stay open
         if session.run_id is not None:

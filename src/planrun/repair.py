@@ -320,6 +320,9 @@ def repair(settings: Any, run_ref: str, planner: str, *, max_rounds: int | None 
             # "follows"), and the rounds are events of the failed run
             exc.message = (f"no valid plan in {rounds} round(s); the last report is above. "
                            f"planrun log {parent_id} shows every round")
+            # --json, MCP: the report is the error's "plans", or follows it
+            exc.placed_message = (f"no valid plan in {rounds} round(s) (planrun log "
+                                  f"{parent_id} shows every round)")
             exc.hint = (f"Run {parent_id} stays failed: repair it again (--max-rounds N "
                         f"for more rounds), or run it as it was with planrun retry "
                         f"{parent_id}.")

@@ -64,6 +64,8 @@ def guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> 
         from ..api import Report
         from ..ui import print_error, print_json, print_report
 
+        if as_json:
+            exc = _unplaced(exc)  # no report is printed "above" this line
         if isinstance(exc.report, Report):
             if as_json:
                 print_json({"ok": False, "error": {"code": exc.code, "message": exc.message},
@@ -77,11 +79,23 @@ def guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> 
         if as_json:
             from ..ui import print_json
 
+            exc = _unplaced(exc)
             error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
             if exc.run_id is not None:
                 error["run_id"] = exc.run_id
             print_json({"ok": False, "error": error})
         fail(exc, verbose)
+
+
+def _unplaced(exc: Any) -> Any:
+    """``exc`` with its :meth:`~planrun.errors.PlanrunError.unplaced` message (``--json``)."""
+    import copy
+
+    if exc.unplaced() == exc.message:
+        return exc
+    shown = copy.copy(exc)
+    shown.message = exc.unplaced()
+    return shown
 
 
 def _with_reason(exc: Any, issues: list[Any]) -> Any:

@@ -247,6 +247,6 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
             on_round(round_no, last)
         previous = {"plan": secrets.conceal(data) if data is not None else None,
                     "issues": issues}
-    raise Refused(f"no valid plan in {max_rounds} round(s) (replan_exhausted); the last "
-                  f"report follows", code="replan_exhausted",
+    raise Refused(f"no valid plan in {max_rounds} round(s) (replan_exhausted)",
+                  code="replan_exhausted",
                   report=Report(plans=[last]), details={"rounds": max_rounds})
