@@ -205,3 +205,38 @@ def test_a_planner_starts_without_the_journal_password_or_a_parameter(
         assert secret not in environ
     names = {item.split(b"=", 1)[0] for item in environ.split(b"\0") if item}
     assert not names & {b"PGPASSWORD", b"PLANRUN_JOURNAL", b"PLANRUN_PARAM_TOKEN"}
+
+
+def test_a_dask_worker_started_again_after_one_died_starts_without_them(
+        tmp_path: Path, pg_url: str) -> None:
+    """The nanny starts a new worker process when one dies, at any time while the cluster
+    lives: that one, too, starts without the journal's password or a parameter."""
+    import signal
+
+    pytest.importorskip("distributed")
+    root = tmp_path / "proj"
+    gate = _project(root, "dask")
+    plan = (root / "plans" / "wait.yaml").read_text(encoding="utf-8")
+    (root / "plans" / "wait.yaml").write_text(plan + textwrap.indent(textwrap.dedent(f"""\
+        - {{id: q, tool: wait_py, depends_on: [p], run_if: always,
+            arguments: {{mark: "{root / 'q'}", gate: "{gate}"}}}}
+        """), "  "), encoding="utf-8")
+    proc = subprocess.Popen(
+        [*PLANRUN, "--journal", _with_password(pg_url), "execute", "wait", "--keep-going",
+         "--json"], cwd=root, env=_env(pg_url), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for(root / "c.pid", proc)
+        first = _wait_for(root / "p.pid", proc)
+        assert not (root / "q.pid").exists()  # both worker threads are taken
+        os.kill(first, signal.SIGKILL)
+        again = _wait_for(root / "q.pid", proc)  # on the worker started in its place
+        assert again != first
+        assert again in _descendants(proc.pid)
+        seen = _seen(again)
+        assert seen["names"], "its environment could not be read"
+        assert not [s for s in SECRETS if s in seen["text"]]
+        assert not seen["names"] & {"PGPASSWORD", "PLANRUN_JOURNAL", "PLANRUN_PARAM_TOKEN"}
+    finally:
+        gate.write_text("")
+        proc.communicate(timeout=TIMEOUT_S)
