@@ -261,10 +261,13 @@ def test_registry_change_that_breaks_the_plan(proj: CliProject) -> None:
     m = status(proj, run_id)
     assert m["resumable"] is True
     assert m["status"] in ("running", "interrupted")
-    assert m["next"] == f"planrun resume {run_id}"
+    # resume would refuse it as it is: status says so, and where to see why
+    assert m["next"] == f"planrun resume {run_id} --explain"
+    assert m["resume_refused"]["code"] == "arguments"
     assert proj.counts() == {"a": 1}
 
     (proj.root / "tools.yaml").write_text(tools)
+    assert status(proj, run_id)["next"] == f"planrun resume {run_id}"
     r = proj.run("resume", "--json")
     assert r.returncode == 0, r
     assert r.json["run_id"] == run_id

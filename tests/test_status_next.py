@@ -122,3 +122,36 @@ def test_a_broken_registry_is_not_a_resume_either(root: Path) -> None:
     code, out, _ = planrun(root, "resume", run_id, "--json", PLANRUN_PARAM_TOKEN="t0k")
     assert code == 3
     assert json.loads(out)["error"]["code"] == m["resume_refused"]["code"]
+
+
+BOOM = f"""
+  boom:
+    command: ["{sys.executable}", "-c", "import sys; sys.exit(4)"]
+    arguments:
+      type: object
+      properties: {{token: {{type: string}}}}
+"""
+
+
+def test_next_does_not_offer_a_retry_that_would_be_refused(root: Path) -> None:
+    """``retry`` rebuilds the journaled plan as resume does: the same class of hint."""
+    (root / "tools.yaml").write_text(TOOLS.replace("NTYPE", "integer") + BOOM)
+    (root / "plans" / "p.yaml").write_text(PLAN.replace("tool: count, depends_on: [a]",
+                                                        "tool: boom, depends_on: [a]")
+                                           .replace("n: 2, ", ""))
+    code, out, err = planrun(root, "execute", "p", "-p", "token=t0k", "--json")
+    assert code == 1, err
+    run_id = json.loads(out)["run_id"]
+    assert status(root, run_id)["next"] == f"planrun retry {run_id} -p token=VALUE"
+    code, _, _ = planrun(root, "retry", run_id, "--json")
+    assert code == 3  # plain retry asks for the secret
+    assert status(root, run_id, PLANRUN_PARAM_TOKEN="t0k")["next"] == \
+        f"planrun retry {run_id}"
+    (root / "tools.yaml").write_text(TOOLS.replace("NTYPE", "string") + BOOM)
+    m = status(root, run_id, PLANRUN_PARAM_TOKEN="t0k")
+    assert m["next"] == "planrun execute p"  # the plan file as it is now, anew
+    code, out, _ = planrun(root, "retry", run_id, "--json", PLANRUN_PARAM_TOKEN="t0k")
+    assert code == 3
+    assert json.loads(out)["error"]["code"] == m["retry_refused"]["code"]
+    code, out, _ = planrun(root, "status", run_id, PLANRUN_PARAM_TOKEN="t0k")
+    assert f"retry would refuse it: [{m['retry_refused']['code']}]" in out

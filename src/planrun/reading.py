@@ -79,43 +79,49 @@ def status(settings: Settings, run_ref: str = "last") -> dict[str, Any]:
 
 
 def resume_check(settings: Settings, journal: Any, shown: dict[str, Any]) -> None:
-    """Make a manifest's ``next`` ``planrun resume RUN`` true to what resume would do.
+    """Make a manifest's ``next`` true to what ``resume`` or ``retry`` would do.
 
-    Resume rebuilds the journaled plan against the current tools.yaml and policy
-    (:func:`planrun.lifecycle.journaled_plan`) and refuses it when it no longer passes. Then
-    ``next`` becomes:
+    Both rebuild the journaled plan against the current tools.yaml and policy
+    (:func:`planrun.lifecycle.journaled_plan`) and refuse it when it no longer passes.
+    When ``next`` is ``planrun resume RUN`` or ``planrun retry RUN`` it becomes:
 
-    - ``planrun resume RUN -p NAME=VALUE ...`` when only the run's secret parameters are
-      missing (never journaled; ``PLANRUN_PARAM_<NAME>`` given to this process counts);
-    - ``planrun resume RUN --explain`` otherwise (it lists the issues), and
-      ``resume_refused`` {``code``, ``message``} says why resume would refuse (the first
-      issue; exit 3 for resume).
+    - the same command with ``-p NAME=VALUE ...`` when only the run's secret parameters
+      are missing (never journaled; ``PLANRUN_PARAM_<NAME>`` given to this process counts);
+    - when the plan no longer passes: ``planrun resume RUN --explain`` (it lists the
+      issues), or instead of a retry ``planrun execute PLAN -p …`` (the plan file as it
+      is now, with the run's values); and ``resume_refused`` / ``retry_refused``
+      {``code``, ``message``} says why the command would refuse (exit 3).
 
     A manifest whose ``next`` is anything else is left as it is.
     """
     run_id = shown["run_id"]
-    if shown.get("next") != f"planrun resume {run_id}":
+    verb = next((v for v in ("resume", "retry")
+                 if shown.get("next") == f"planrun {v} {run_id}"), None)
+    if verb is None:
         return
     from .checking import param_input
     from .errors import Refused
     from .lifecycle import journaled_plan, missing_secrets
+    from .manifest import _execute_again
 
     row = journal.run(run_id)
+    instead = (f"planrun resume {run_id} --explain" if verb == "resume"
+               else " ".join(_execute_again(row)))
     try:
         report, plan = journaled_plan(settings, row, param_input())
     except Refused as exc:  # tools.yaml or planrun.toml is broken now
-        shown["next"] = f"planrun resume {run_id} --explain"
-        shown["resume_refused"] = {"code": exc.code, "message": exc.message}
+        shown["next"] = instead
+        shown[f"{verb}_refused"] = {"code": exc.code, "message": exc.message}
         return
     if plan is not None:
         return
     secrets = missing_secrets(row, report.issues)
     if secrets:
-        shown["next"] = f"planrun resume {run_id} " + " ".join(f"-p {n}=VALUE" for n in secrets)
+        shown["next"] += " " + " ".join(f"-p {n}=VALUE" for n in secrets)
         return
     first = report.issues[0] if report.issues else None
-    shown["next"] = f"planrun resume {run_id} --explain"
-    shown["resume_refused"] = {
+    shown["next"] = instead
+    shown[f"{verb}_refused"] = {
         "code": first.code if first else "refused",
         "message": "the journaled plan no longer passes validation against the current "
         "tools.yaml and policy" + (f": {first.message}" if first else "")}

@@ -373,9 +373,10 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
             f"{w['step']} ({w['tool']})" for w in approval["waiting"]))
         out(f"approve: {approval['approve']}")
         out(f"deny: {approval['deny']}")
-    blocked = m.get("resume_refused")
-    if blocked:  # resume would refuse the run's plan as it is now (status)
-        out(f"resume would refuse it: [{blocked['code']}] {blocked['message']}")
+    for verb in ("resume", "retry"):  # would refuse the run's plan as it is now (status)
+        blocked = m.get(f"{verb}_refused")
+        if blocked:
+            out(f"{verb} would refuse it: [{blocked['code']}] {blocked['message']}")
     if m.get("next"):
         out(f"next: {m['next']}")
 
