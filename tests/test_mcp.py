@@ -174,13 +174,17 @@ def _effects(root: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def _serve(root: Path, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
-    """Run ``body`` against a real ``planrun mcp`` subprocess; its stderr in server.err."""
+def _serve(root: Path, body: Callable[[ClientSession], Awaitable[Any]],
+           env: dict[str, str] | None = None) -> Any:
+    """Run ``body`` against a real ``planrun mcp`` subprocess; its stderr in server.err.
+
+    ``env``: more variables of the server's environment.
+    """
     journal = root.parent / "journal.sqlite3"
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "planrun", "mcp", "-C", str(root), "--journal", str(journal)],
-        cwd=str(root.parent), env={"NO_COLOR": "1"})
+        cwd=str(root.parent), env={"NO_COLOR": "1", **(env or {})})
 
     async def main() -> Any:
         with (root.parent / "server.err").open("w") as errlog:
@@ -759,3 +763,45 @@ def test_what_an_agent_is_told_of_a_waiting_or_failed_run_is_true(agent_project:
     assert broke.structured_content["status"] == "failed"
     assert "; step bad failed: [" in broke.content[0].text
     assert "Traceback" not in _server_err(agent_project)
+
+
+def test_an_inline_plan_never_reads_the_servers_environment_values(agent_project: Path) -> None:
+    # PLANRUN_PARAM_TOKEN of the server's environment (how an operator gives a secret
+    # without a command line) was offered to an inline draft too: one that declared
+    # `token` without `secret: true` got its value back in the substituted steps, and
+    # one with a `pattern` of its own turned param_type into an oracle for it (found by
+    # an attacker). A plan of the project still gets it.
+    leak = textwrap.dedent("""
+        planrun: 1
+        name: leak
+        goal: Read the server's token
+        params:
+          token: {type: string}
+        steps:
+          - {id: a, tool: echo, arguments: {value: "token={params.token}"}}
+    """)
+    oracle = leak.replace("{type: string}", "{type: string, pattern: '^z'}")
+    (agent_project / "plans" / "uses-env.yaml").write_text(leak.replace("name: leak",
+                                                                         "name: uses-env"))
+
+    async def body(session: ClientSession) -> Any:
+        return [await _call(session, "validate_plan", text=leak),
+                await _call(session, "validate_plan", text=oracle),
+                await _call(session, "validate_plan", text=leak, params={"token": "mine"}),
+                await _call(session, "validate_plan", plan="uses-env")]
+
+    drafted, guessed, given, project = _serve(agent_project, body,
+                                              env={"PLANRUN_PARAM_TOKEN": "hunter2-s3cret"})
+    for result in (drafted, guessed, given, project):
+        assert result.is_error is False
+    assert "hunter2" not in json.dumps([drafted.structured_content, guessed.structured_content,
+                                        drafted.content[0].text, guessed.content[0].text])
+    # without the environment's value the draft is checked as any plan without values
+    assert drafted.structured_content["ok"] is True
+    assert drafted.structured_content["plans"][0]["plan"]["steps"][0]["arguments"] == {
+        "value": "token={params.token}"}
+    assert guessed.structured_content["ok"] is True  # no value: no oracle
+    assert given.structured_content["plans"][0]["plan"]["steps"][0]["arguments"] == {
+        "value": "token=mine"}
+    assert project.structured_content["plans"][0]["plan"]["steps"][0]["arguments"] == {
+        "value": "token=hunter2-s3cret"}  # the operator's plan, the operator's values

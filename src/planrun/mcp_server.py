@@ -235,10 +235,21 @@ class Session:
 
     # --- parameters and secrets -------------------------------------------------------
 
-    def _given(self, params: dict[str, Any] | None) -> Any:
+    def _given(self, params: dict[str, Any] | None, *, inline: bool = False) -> Any:
+        """The values a plan is checked or run with (a ``ParamInput``).
+
+        The client's ``params``; below them the server's ``PLANRUN_PARAM_*``, for a plan
+        of the project only. An inline plan (``validate_plan`` ``text``) is the client's
+        own: it gets the client's values only. Given the environment's, it read them back:
+        a draft that declares ``token`` without ``secret: true`` showed the value of
+        ``PLANRUN_PARAM_TOKEN`` in its substituted steps, and a ``pattern`` or ``enum`` of
+        its own made ``param_type`` an oracle for it (found by an attacker).
+        """
         import dataclasses
 
-        base = api.param_input([], None)  # PLANRUN_PARAM_* of the server's environment
+        from .validation import ParamInput
+
+        base = ParamInput() if inline else api.param_input([], None)
         return dataclasses.replace(base, file_values=dict(params or {}))
 
     def _secrets(self, params: dict[str, Any] | None, document: Any) -> dict[str, Any]:
@@ -384,7 +395,7 @@ class Session:
             return refused
         secrets = self._secrets(params, self._document(plan, text or None))
         try:
-            given = self._given(params)
+            given = self._given(params, inline=bool(text))
             if text:
                 report = api.validate(self.settings, ["-"], given,
                                       stdin=text.encode("utf-8", "surrogatepass"))
