@@ -498,6 +498,53 @@ def test_a_secret_in_a_report_is_masked_before_it_is_sent_back(
     assert "tok-9999-secret" not in json.dumps(requests(proj))
 
 
+def _journal_bytes(proj: Project) -> bytes:
+    journal = Path(proj.settings().journal)
+    return b"".join(f.read_bytes() for f in sorted(journal.parent.glob(journal.name + "*")))
+
+
+def test_a_planner_cannot_make_a_secret_a_plain_value(proj: Project) -> None:
+    # A value given in the environment goes to the planner as a reference; an answer that
+    # declared `token` without `secret: true` made it plain: `execute --planner` ran it
+    # and journaled PLANRUN_PARAM_token's value in clear (found by an attacker). Now the
+    # answer is refused (param_type at /params/token) and sent back; the next is run.
+    import os
+
+    from harness import run_planrun
+
+    plain = SECRET_PLAN.replace("token: {type: string, secret: true}",
+                                "token: {type: string}")
+    answers(proj, plain, SECRET_PLAN)
+    env = {**os.environ, "PLANRUN_PARAM_token": "tok-7777-secret"}
+    done = run_planrun("execute", "--planner", command(), "--goal", "log in",
+                       "-p", "user=alice", "--json", cwd=proj.root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "completed"
+    _, second = requests(proj)
+    [issue] = second["previous"]["issues"]
+    assert (issue["code"], issue["path"], issue["line"]) == ("param_type", "/params/token", 6)
+    assert "secret: true" in issue["message"]
+    assert "PLANRUN_PARAM_" in issue["message"]
+    assert b"tok-7777-secret" not in _journal_bytes(proj)
+    assert "tok-7777-secret" not in done.stdout + done.stderr
+
+
+def test_a_revision_cannot_drop_the_secrecy_of_the_plan_it_replaces(proj: Project) -> None:
+    # The plan being replaced declares `token` secret; a revision without it would have
+    # been written as plans/login.yaml revision 2, and every later run journaled the value.
+    proj.write_plan("login", SECRET_PLAN)
+    plain = SECRET_PLAN.replace("token: {type: string, secret: true}",
+                                "token: {type: string, description: now plain}")
+    answers(proj, plain)
+    with pytest.raises(Refused) as caught:
+        plan(proj, name="login", max_rounds=2)
+    assert caught.value.code == "replan_exhausted"
+    [issue] = caught.value.report.all_issues()
+    assert (issue.code, issue.path) == ("param_type", "/params/token")
+    assert "the plan it replaces" in issue.message
+    assert (proj.plans / "login.yaml").read_text() == SECRET_PLAN  # nothing written
+
+
 def test_planner_params_hide_declared_and_environment_secrets() -> None:
     given = ParamInput(cli={"a": "1", "s": "x"}, file_values={"f": [1]},
                        env={"E": "e", "e": "e"})

@@ -103,6 +103,18 @@ class PlannerParams:
         named = set(given.cli) | set(given.file_values) if given is not None else set()
         return set(self.secret_names) | (set(self._env_names()) - named)
 
+    def why_hidden(self) -> dict[str, str]:
+        """:meth:`hidden` names → why each is a secret here (words of an issue message)."""
+        env = set(self._env_names())
+        out = {n: "the plan it replaces, or an earlier answer, declares it `secret: true`"
+               for n in self.secret_names}
+        given = self.given
+        named = set(given.cli) | set(given.file_values) if given is not None else set()
+        for n in env - named:
+            out.setdefault(n, "its value is given in the environment (a PLANRUN_PARAM_ "
+                              "variable), which a planner gets as a reference only")
+        return out
+
     def request(self) -> dict[str, Any]:
         """The request's ``params``: values, secrets as references."""
         from ..redact import escape_value, reference
@@ -115,6 +127,39 @@ class PlannerParams:
         """The hidden values, to mask wherever planner output or reports carry them."""
         values = self.values()
         return Secrets({n: values[n] for n in sorted(self.hidden()) if n in values})
+
+
+def secrets_kept(doc: Any, hidden: dict[str, str]) -> list[Issue]:
+    """``param_type`` issues: the parameters of ``hidden`` the answer declares not secret.
+
+    A planner gets such a value as a reference only; an answer that declared the
+    parameter without ``secret: true`` made it a plain value: ``execute --planner`` then
+    journaled and showed the value of ``PLANRUN_PARAM_TOKEN`` in clear, and a revision of
+    a plan (or a repair) dropped the secrecy its person had declared (found by an
+    attacker). Refused and sent back, never repaired.
+
+    Args:
+        doc: the answer (a :class:`~planrun.loading.Document`).
+        hidden: :meth:`PlannerParams.why_hidden` before the answer.
+    """
+    data = doc.data
+    declared = data.get("params") if isinstance(data, dict) else None
+    if not isinstance(declared, dict) or not hidden:
+        return []
+    from ..pointers import pointer
+    from .invoke import OUTPUT_NAME
+
+    out = []
+    for name, schema in declared.items():
+        if name not in hidden or (isinstance(schema, dict) and schema.get("secret") is True):
+            continue
+        ptr = pointer("params", name)
+        line, column = doc.locate(ptr)
+        out.append(Issue(code="param_type", path=ptr, file=OUTPUT_NAME, line=line,
+                         column=column, message=f"parameter {name!r} is a secret here "
+                         f"({hidden[name]}): declare it `secret: true`; a planner cannot "
+                         "make a secret a plain value"))
+    return out
 
 
 def catalog(registry: Any) -> list[dict[str, Any]]:
@@ -214,6 +259,8 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
             data: Any = None
         else:
             data = doc.data
+            # what this answer was sent as references, before it declares anything itself
+            hidden = params.why_hidden() if params is not None else {}
             if params is not None:
                 params.learn(data)
                 secrets = params.secrets()
@@ -229,6 +276,7 @@ def propose(settings: Any, planner: Planner, base: dict[str, Any], *, max_rounds
                                            else given_for(data), concrete=concrete,
                                            name_hint=name_hint)
             last.file = OUTPUT_NAME
+            last.issues.extend(secrets_kept(doc, hidden))
             if extra_check is not None and (checked is not None or isinstance(data, dict)):
                 # also beside other issues (checked is None then): all sent back at once
                 last.issues.extend(extra_check(checked, data))
