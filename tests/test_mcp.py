@@ -805,3 +805,38 @@ def test_an_inline_plan_never_reads_the_servers_environment_values(agent_project
         "value": "token=mine"}
     assert project.structured_content["plans"][0]["plan"]["steps"][0]["arguments"] == {
         "value": "token=hunter2-s3cret"}  # the operator's plan, the operator's values
+
+
+def test_a_client_that_stops_reading_mid_run_ends_the_session_quietly(
+        agent_project: Path) -> None:
+    # The client closes its end of the server's stdout while a run goes on, and its
+    # stdin only later: the answer to execute_plan met a closed pipe, and the server
+    # ended with a BrokenPipeError traceback and exit status 1 (found by an attacker).
+    # The run ends as it would have, journaled; the server exits 0 when stdin ends.
+    import time
+
+    with _raw_server(agent_project, "hold") as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        while not (agent_project / "server.pid").exists():
+            time.sleep(0.05)
+        proc.stdout.close()  # nobody reads the answers any more
+        (agent_project / "go").write_text("")
+        journal = agent_project.parent / "journal.sqlite3"
+        for _ in range(200):
+            done = json.loads(_cli(agent_project, "status", "last", "--json").stdout)
+            if done["status"] != "running":
+                break
+            time.sleep(0.1)
+        time.sleep(0.3)  # the answer written into the closed pipe
+        proc.stdin.close()
+        code = proc.wait(timeout=50)
+        err = proc.stderr.read()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert "BrokenPipeError" not in err
+    assert done["status"] == "completed", done
+    assert journal.exists()
+    assert _effects(agent_project) == ["hold", "echo 2"]

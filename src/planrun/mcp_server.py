@@ -734,6 +734,21 @@ def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
     return server
 
 
+def _client_left(exc: BaseException) -> bool:
+    """True when ``exc`` says only that the client's end of stdout is closed.
+
+    The SDK's writer fails with BrokenPipeError on an answer nobody reads any more (a
+    client that closed its side of the server's stdout, then or later its stdin; or the
+    SDK's "Connection closed" answer to a call still waiting for its run when the client
+    left): the session is over, as when stdin ends; it was a traceback and exit status 1
+    (found by an attacker).
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        _, rest = exc.split((BrokenPipeError, ConnectionResetError))
+        return rest is None
+    return isinstance(exc, BrokenPipeError | ConnectionResetError)
+
+
 def serve(settings: Any) -> int:
     """Serve one MCP session over this process's stdin/stdout until the client leaves.
 
@@ -758,7 +773,8 @@ def serve(settings: Any) -> int:
         try:
             anyio.run(server.run_stdio_async)
         except BaseException as exc:
-            failed.append(exc)
+            if not _client_left(exc):
+                failed.append(exc)
 
     thread = threading.Thread(target=protocol, name="planrun-mcp", daemon=True)
     thread.start()
