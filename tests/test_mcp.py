@@ -807,6 +807,41 @@ def test_an_inline_plan_never_reads_the_servers_environment_values(agent_project
         "value": "token=hunter2-s3cret"}  # the operator's plan, the operator's values
 
 
+def test_runs_queued_behind_a_long_run_leave_the_read_tools_answering(
+        agent_project: Path) -> None:
+    # The SDK runs a tool in one of 40 worker threads; each execute_plan waiting for its
+    # run (queued behind a long one) held one, so 41 of them left list_runs without an
+    # answer until the runs ended (found by an attacker). Each queued run still runs.
+    import time
+
+    waiting = 41
+
+    async def body(session: ClientSession) -> Any:
+        answered: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            async def execute() -> None:
+                answered.append(await _call(session, "execute_plan", plan="hold"))
+
+            for _ in range(waiting):
+                tg.start_soon(execute)
+            while not (agent_project / "server.pid").exists():
+                await anyio.sleep(0.05)
+            await anyio.sleep(0.5)  # every call sent, one run holding
+            start = time.monotonic()
+            with anyio.fail_after(10):
+                runs = await _call(session, "list_runs")
+            took = time.monotonic() - start
+            (agent_project / "go").write_text("")
+        return runs, took, answered
+
+    runs, took, answered = _serve(agent_project, body)
+    assert runs.is_error is False
+    assert [r["status"] for r in runs.structured_content["runs"]] == ["running"]
+    assert took < 5, took
+    assert sorted(r.structured_content["status"] for r in answered) == ["completed"] * waiting
+    assert _effects(agent_project).count("hold") == waiting
+
+
 def test_a_client_that_stops_reading_mid_run_ends_the_session_quietly(
         agent_project: Path) -> None:
     # The client closes its end of the server's stdout while a run goes on, and its

@@ -24,8 +24,10 @@ A planrun error (unknown run, refused plan …) is a tool result with ``isError`
 
 Threads: the SDK serves the protocol in a thread of its own; runs are driven on the main
 thread (:class:`Driver`), one at a time, so that SIGINT/SIGTERM reach the run's scheduler
-(the run is journaled ``interrupted`` and resumable) and a tool call that blocks while its
-run goes on leaves no thread behind when the session ends. The SDK's stdio transport
+(the run is journaled ``interrupted`` and resumable) and a tool call that waits while its
+run goes on leaves no thread behind when the session ends; ``execute_plan`` and
+``resume_run`` wait holding no thread at all (the SDK's worker threads are bounded, and
+the read tools need them meanwhile). The SDK's stdio transport
 serves the protocol on private duplicates of file descriptors 0 and 1 and points 0 at
 the null device and 1 at stderr: what a tool prints never reaches the protocol channel.
 """
@@ -94,8 +96,8 @@ _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_
 class Driver:
     """Runs submitted calls one at a time on the thread that calls :meth:`serve`.
 
-    The server's worker threads :meth:`submit` a call and wait for its result; the main
-    thread runs it (signal handlers of a run's scheduler need the main thread).
+    A tool queues a call (:meth:`start`) and awaits its future, holding no thread; the
+    main thread runs it (signal handlers of a run's scheduler need the main thread).
     """
 
     def __init__(self) -> None:
@@ -105,11 +107,11 @@ class Driver:
         #: process must then end without waiting for them.
         self.abandoned = 0
 
-    def submit(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` on the serving thread; its return value (or its exception raised)."""
+    def start(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Queue ``fn`` for the serving thread; the future of its result (not waited for)."""
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._jobs.put((fn, done))
-        return done.result()
+        return done
 
     def serve(self, until: threading.Thread) -> None:
         """Run submitted calls until ``until`` has ended and none is left."""
@@ -124,7 +126,7 @@ class Driver:
                 continue
             try:
                 done.set_result(fn())
-            except BaseException as exc:  # handed to the waiting thread, re-raised there
+            except BaseException as exc:  # handed to the waiting tool, re-raised here
                 done.set_exception(exc)
                 if not isinstance(exc, Exception):
                     raise
@@ -451,9 +453,9 @@ class Session:
         return _result(data, f"order: {', '.join(data['order'])}; needs approval: "
                        f"{', '.join(data['approvals']) or 'nothing'}", secrets=secrets)
 
-    def execute_plan(self, plan: PlanRef, params: Params = None, keep_going: KeepGoing = False,
-                     max_parallel: MaxParallel = None
-                     ) -> CallToolResult:
+    async def execute_plan(self, plan: PlanRef, params: Params = None,
+                           keep_going: KeepGoing = False, max_parallel: MaxParallel = None
+                           ) -> CallToolResult:
         """Run a plan of the project, journaled like any run; blocks until the run ends.
 
         Never clears a step: a step that needs a person (no grant clears it) leaves the
@@ -461,42 +463,69 @@ class Session:
         (``planrun approve RUN``), then call ``resume_run``. Result: ``{"ok", "run_id",
         "status", "exit_status", "next", "manifest"}``.
         """
-        refused = self._outside(plan)
-        if refused is not None:
-            return refused
-        secrets = self._secrets(params, self._document(plan, None))
-        given = self._given(params)
-        try:
-            outcome = self.driver.submit(lambda: api.execute(
-                self.settings, plan, given, max_parallel=max_parallel,
-                keep_going=keep_going, **_DEFERRED))
-        except PlanrunError as exc:
-            return _failure(exc, secrets)
-        self.driver.abandoned += outcome.abandoned_calls
-        return _outcome(outcome, secrets)
+        def prepare() -> CallToolResult | _Drive:
+            refused = self._outside(plan)
+            if refused is not None:
+                return refused
+            secrets = self._secrets(params, self._document(plan, None))
+            given = self._given(params)
+            return _Drive(lambda: api.execute(self.settings, plan, given,
+                                              max_parallel=max_parallel,
+                                              keep_going=keep_going, **_DEFERRED), secrets)
 
-    def resume_run(self, run: RunRef, params: Params = None) -> CallToolResult:
+        return await self._drive(prepare)
+
+    async def resume_run(self, run: RunRef, params: Params = None) -> CallToolResult:
         """Continue a run without repeating finished steps; never clears a step.
 
         For a run ``interrupted``, or ``awaiting_approval`` once a person approved it
         (``planrun approve RUN``). Result as ``execute_plan``'s; a run still waiting
         for a person stays ``awaiting_approval``.
         """
-        mine = self._mine(run)
-        if not isinstance(mine, str):
-            return mine
-        run = mine
-        secrets = self._run_secrets(run, params)
-        given = self._given(params)
-        try:
-            outcome = self.driver.submit(lambda: api.resume(
-                self.settings, run, given, **_DEFERRED))
-        except PlanrunError as exc:
-            if exc.code == "param_missing" and "secret" in exc.message:
-                exc.hint = SECRET_AGAIN_HINT  # it said: give -p NAME=VALUE to this command
-            return _failure(exc, secrets)
-        self.driver.abandoned += outcome.abandoned_calls
-        return _outcome(outcome, secrets)
+        def prepare() -> CallToolResult | _Drive:
+            mine = self._mine(run)
+            if not isinstance(mine, str):
+                return mine
+            secrets = self._run_secrets(mine, params)
+            given = self._given(params)
+            return _Drive(lambda: api.resume(self.settings, mine, given, **_DEFERRED),
+                          secrets, resume=True)
+
+        return await self._drive(prepare)
+
+    async def _drive(self, prepare: Callable[[], CallToolResult | _Drive]) -> CallToolResult:
+        """``prepare`` in a worker thread, then its run on the driver; the run's result.
+
+        The wait for the run holds no thread: the SDK runs a tool in one of a bounded set
+        of worker threads (40), and calls waiting for their runs held one each, so 40 of
+        them queued behind a long run left ``run_status`` and every other tool without an
+        answer until the runs ended (found by an attacker). Preparing and starting are one
+        call: a client that cancels still gets its run started (and run to its end), as
+        before; its answer is not awaited.
+        """
+        import anyio.to_thread
+
+        def start() -> CallToolResult | tuple[_Drive, concurrent.futures.Future[Any]]:
+            prepared = prepare()
+            if isinstance(prepared, CallToolResult):
+                return prepared
+            return prepared, self.driver.start(self._counted(prepared.job))
+
+        started = await anyio.to_thread.run_sync(start)
+        if isinstance(started, CallToolResult):
+            return started
+        drive, future = started
+        await _settled(future)
+        return await anyio.to_thread.run_sync(drive.result, future)
+
+    def _counted(self, job: Callable[[], Any]) -> Callable[[], Any]:
+        """``job``, counting the python tool calls its run abandoned (on the main thread)."""
+        def run() -> Any:
+            outcome = job()
+            self.driver.abandoned += outcome.abandoned_calls
+            return outcome
+
+        return run
 
     def run_status(self, run: RunRef = "last") -> CallToolResult:
         """A run's manifest as ``planrun status --json`` prints it.
@@ -557,6 +586,45 @@ class Session:
 
         return _result({"run": run, "step": step, "output": value},
                        json.dumps(redact.display(value), ensure_ascii=False)[:4000])
+
+
+class _Drive:
+    """A run for the driver (``job``) and how its outcome is shown to the client."""
+
+    def __init__(self, job: Callable[[], Any], secrets: dict[str, Any], *,
+                 resume: bool = False) -> None:
+        self.job = job
+        self.secrets = secrets
+        self.resume = resume
+
+    def result(self, future: concurrent.futures.Future[Any]) -> CallToolResult:
+        """The finished run as a tool result (a planrun error as a tool error)."""
+        try:
+            outcome = future.result()
+        except PlanrunError as exc:
+            if self.resume and exc.code == "param_missing" and "secret" in exc.message:
+                exc.hint = SECRET_AGAIN_HINT  # it said: give -p NAME=VALUE to this command
+            return _failure(exc, self.secrets)
+        return _outcome(outcome, self.secrets)
+
+
+async def _settled(future: concurrent.futures.Future[Any]) -> None:
+    """Wait, holding no thread, until ``future`` is done (cancelling the wait leaves it)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    settled = loop.create_future()
+
+    def wake() -> None:
+        if not settled.done():
+            settled.set_result(None)
+
+    def done(_: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the session ended
+            loop.call_soon_threadsafe(wake)
+
+    future.add_done_callback(done)
+    await settled
 
 
 #: How every run started or continued here is cleared: never by the client.
@@ -715,7 +783,8 @@ def build_server(settings: Any, driver: Driver) -> MCPServer[Any]:
     session = Session(settings, driver)
     write = ToolAnnotations(read_only_hint=False, destructive_hint=True,
                             idempotent_hint=False, open_world_hint=True)
-    tools: list[tuple[Callable[..., CallToolResult], ToolAnnotations]] = [
+    tools: list[tuple[Callable[..., CallToolResult | Awaitable[CallToolResult]],
+                      ToolAnnotations]] = [
         (session.list_tools, _READ), (session.list_plans, _READ),
         (session.validate_plan, _READ), (session.show_plan, _READ), (session.dry_run, _READ),
         (session.execute_plan, write), (session.resume_run, write),
