@@ -149,8 +149,10 @@ def test_no_message_about_a_run_shows_the_urls_password(cli: CliProject,
     def spellings(url: str) -> list[str]:
         # libpq decodes a parameter's name too: pass%77ord= is a password (found by an
         # attacker: shown in clear)
+        # sslpassword= (the SSL client key's) was shown in clear (found by an attacker)
         return [url.replace("postgresql:///", f"postgresql://postgres:{secret}@/"),
-                f"{url}&password={secret}", f"{url}&pass%77ord={secret}"]
+                f"{url}&password={secret}", f"{url}&pass%77ord={secret}",
+                f"{url}&sslpassword={secret}"]
 
     used, empty = pg_cluster.database("used"), pg_cluster.database("empty")
     assert cli.run("execute", "one", "--journal", spellings(used)[0]).returncode == 0
@@ -164,7 +166,7 @@ def test_no_message_about_a_run_shows_the_urls_password(cli: CliProject,
                     assert r.returncode == 5, r  # unknown_run / run_not_resumable
                     assert secret not in r.stdout + r.stderr, r
                     seen += 1
-    assert seen == 3 * (2 * (len(UNKNOWN_RUN) + len(NO_RUN_YET)) - 4)
+    assert seen == 4 * (2 * (len(UNKNOWN_RUN) + len(NO_RUN_YET)) - 4)
 
 
 def _sql(url: str, statement: str) -> None:
@@ -249,8 +251,8 @@ def test_processes_setting_up_one_new_database_at_once(pg_url: str) -> None:
 
 
 @pytest.mark.parametrize("spelling", ["postgres:pa55word@", "?password=pa55word",
-                                      "?pass%77ord=pa55word"],
-                         ids=["user-part", "parameter", "encoded-name"])  # not in the env
+                                      "?pass%77ord=pa55word", "?sslpassword=pa55word"],
+                         ids=["user-part", "parameter", "encoded-name", "ssl-key"])  # not in env
 def test_tools_never_get_the_journals_password(cli: CliProject, pg_cluster: Any,
                                                monkeypatch: pytest.MonkeyPatch,
                                                spelling: str) -> None:
@@ -904,3 +906,21 @@ def test_newer_write_functions_are_never_replaced_by_older_ones(pg_url: str) -> 
     functions = _functions(pg_url)
     assert functions["planrun_begin"] == "planrun write functions 99"
     assert "planrun_claim" not in functions
+
+
+def test_every_secret_a_url_can_carry_is_masked_where_it_is_shown() -> None:
+    """libpq reads a password from ``password=``, ``sslpassword=`` (the SSL key's) and a
+    ``dbname`` that is a whole connection string; none is shown, the rest is."""
+    from planrun.journal.backends import shown_location
+
+    cases = {
+        "postgresql://u:pw1@h/db?sslmode=require": "postgresql://u:***@h/db?sslmode=require",
+        "postgresql://u@h/db?sslpassword=pw2&sslmode=require":
+            "postgresql://u@h/db?sslpassword=***&sslmode=require",
+        "postgresql://u@h/db?ssl%70assword=pw3": "postgresql://u@h/db?ssl%70assword=***",
+        "postgresql:///?dbname=host%3Dh%20password%3Dpw4": "postgresql:///?dbname=***",
+        "postgresql:///?dbname=postgresql://u:pw5@h/db": "postgresql:///?dbname=***",
+        "postgresql:///?dbname=plain&host=/tmp": "postgresql:///?dbname=plain&host=/tmp",
+    }
+    for url, shown in cases.items():
+        assert shown_location(url) == shown, url

@@ -130,12 +130,31 @@ class JournalBackend(Protocol):
         """
 
 
+#: libpq connection parameters whose value is a secret: the server's password and the
+#: password of the SSL client key (``sslpassword=`` was shown in clear, and a URL with
+#: it reached tools whole; found by an attacker).
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+
+
+def secret_parameter(key: str, value: str) -> bool:
+    """Whether a URL query parameter (``key``, ``value`` as written) holds a secret.
+
+    libpq decodes a parameter's name (``pass%77ord=`` is a password), and takes a
+    ``dbname`` that holds ``=`` or a URL scheme as a whole connection string, which may
+    carry a password of its own: such a ``dbname`` is a secret too.
+    """
+    name = unquote(key)
+    if name in SECRET_PARAMETERS:
+        return True
+    return name == "dbname" and ("=" in unquote(value) or "://" in unquote(value))
+
+
 def shown_location(location: str | Path) -> str:
     """A journal location for messages: a URL's password is never shown.
 
-    Neither in its user part (``user:***@host``) nor as a ``password=`` parameter, also
-    one whose name is percent-encoded (``pass%77ord=``: libpq decodes parameter names,
-    found by an attacker).
+    Neither in its user part (``user:***@host``) nor as a ``password=`` (or
+    ``sslpassword=``) parameter, also one whose name is percent-encoded (``pass%77ord=``:
+    libpq decodes parameter names, found by an attacker); see :func:`secret_parameter`.
     """
     text = str(location)
     scheme, sep, rest = text.partition("://")
@@ -147,7 +166,7 @@ def shown_location(location: str | Path) -> str:
         auth = auth.split(":", 1)[0] + ":***"
     if q:
         pairs = [pair.partition("=") for pair in query.split("&")]
-        query = "&".join(f"{key}{eq}***" if eq and unquote(key) == "password"
+        query = "&".join(f"{key}{eq}***" if eq and secret_parameter(key, value)
                          else f"{key}{eq}{value}" for key, eq, value in pairs)
     return f"{scheme}://{auth}{at}{host}{q}{query}"
 

@@ -623,18 +623,18 @@ class PgCalls:
 # --- errors ---------------------------------------------------------------------------------
 
 
-def _password(location: str) -> str | None:
-    """The password a URL carries (in its user part or as ``password=``), if any."""
+def _passwords(location: str) -> list[str]:
+    """The secrets a URL carries (its user part's password, ``password=`` …), longest first."""
+    from . import secret_parameter
+
     try:
         parts = urlsplit(location)
     except ValueError:
-        return None
-    if parts.password:
-        return unquote(parts.password)
-    for key, value in parse_qsl(parts.query):
-        if key == "password" and value:
-            return value
-    return None
+        return []
+    found = [unquote(parts.password)] if parts.password else []
+    found += [value for key, value in parse_qsl(parts.query)
+              if value and secret_parameter(key, value)]
+    return sorted(set(found), key=len, reverse=True)
 
 
 def _lost(exc: BaseException, conn: PgConnection | None) -> bool:
@@ -649,8 +649,7 @@ def _fail(location: str, exc: BaseException, doing: str,
           conn: PgConnection | None = None) -> JournalError:
     shown = shown_location(location)
     text = " ".join(str(exc).split())
-    secret = _password(location)
-    if secret:
+    for secret in _passwords(location):
         text = text.replace(secret, "***")
     state = getattr(exc, "sqlstate", None)
     if doing == "connect":
