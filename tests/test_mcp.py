@@ -596,9 +596,26 @@ def test_a_short_secret_leaves_ids_statuses_and_counts_as_they_are(
         ran = await _call(session, "execute_plan", plan="hello",
                           params={"who": "agent", "token": "e"})
         status = await _call(session, "run_status", run=ran.structured_content["run_id"])
-        return ran, status
+        shown = await _call(session, "show_plan", plan="hello", params={"token": "e"})
+        checked = await _call(session, "validate_plan", plan="hello", params={"token": "a"})
+        return ran, status, shown, checked
 
-    ran, status = _serve(agent_project, body)
+    ran, status, shown, checked = _serve(agent_project, body)
+    # Nor plan names, files, step ids in depends_on, run_if or the summary's words: the
+    # server looked for every secret the client gave in every text, "e" and "a" too
+    # (found by an attacker: "plans/h***llo.yaml", ["gr******t"], "succ***ss").
+    assert shown.content[0].text == "plan hello: 2 step(s), 0 need approval"
+    assert shown.structured_content["file"] == "plans/hello.yaml"
+    assert [(s["depends_on"], s["run_if"]) for s in shown.structured_content["steps"]] == [
+        ([], "success"), (["greet"], "success")]
+    assert [p["name"] for p in shown.structured_content["params"]] == ["who", "token"]
+    assert shown.structured_content["params"][1]["default"] == "***"
+    assert checked.content[0].text == "ok: 0 error(s), 0 warning(s)"
+    assert checked.structured_content["plans"][0]["file"] == "plans/hello.yaml"
+    assert checked.structured_content["plans"][0]["plan"]["goal"] == "Say hello loudly"
+    assert checked.structured_content["plans"][0]["plan"]["params"]["token"] == "***"
+    assert "exit 0" in ran.content[0].text
+    assert ran.structured_content["manifest"]["plan"]["file"] == "plans/hello.yaml"
     data = ran.structured_content
     assert re.fullmatch(r"[0-9a-f]{16}", data["run_id"]), data["run_id"]
     assert data["status"] == "completed"
@@ -654,13 +671,13 @@ def test_a_summary_keeps_planruns_words_but_never_cuts_a_secret() -> None:
 
     data = {"run_id": "ab12cd34ef56ab78", "status": "failed",
             "issues": [{"step": "a", "code": "arguments"}]}
-    summary = "run ab12cd34ef56ab78: failed; step a: 'banana' is not an integer"
-    result = _result(data, summary, secrets={"tok": "banana"})
+    summary = "run ab12cd34ef56ab78: failed; step a: 'bananarama' is not an integer"
+    result = _result(data, summary, secrets={"tok": "bananarama"})
     text = result.content[0].text
     assert "banana" not in text
     assert "ab12cd34ef56ab78" in text
     assert "failed" in text
-    short = _result(data, summary.replace("banana", "e"), secrets={"tok": "e"})
+    short = _result(data, summary.replace("bananarama", "e"), secrets={"tok": "e"})
     assert "failed" in short.content[0].text  # a one-letter secret garbles no word
 
 

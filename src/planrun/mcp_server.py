@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import os
 import queue
 import threading
@@ -145,17 +146,18 @@ _PLANRUN_WORDS = frozenset({
 def _secrets_shown(value: Any, secrets: dict[str, Any]) -> Any:
     r"""``value`` as a client sees it: every secret parameter's value as ``***``.
 
-    The references planrun stores are shown as ``***``; then a value the client gave is
-    concealed wherever it may be echoed (strings), except in planrun's own words
-    (:data:`_PLANRUN_WORDS`, keys, numbers and booleans), which a short or numeric secret
-    garbled (``"status": "compl***t***d"``, a run id no client could use; found by
-    attack). Text that does not encode as UTF-8 (a lone surrogate from an undecodable
-    file name in a tool's message) is shown with the surrogate escaped (``\udce9``):
-    the SDK could not send it and the session stopped answering.
+    The references planrun stores are shown as ``***``; then a value the client gave (of
+    :func:`_echoable` length) is concealed wherever it may be echoed (strings), except
+    in planrun's own words (:data:`_PLANRUN_WORDS`, keys, numbers and booleans), which a
+    short or numeric secret garbled (``"status": "compl***t***d"``, a run id no client
+    could use; found by attack). Text that does not encode as UTF-8 (a lone surrogate
+    from an undecodable file name in a tool's message) is shown with the surrogate
+    escaped (``\udce9``): the SDK could not send it and the session stopped answering.
     """
     from .loading import utf8_text
 
-    found = redact.Secrets(secrets) if secrets else None
+    echoed = _echoable(secrets)
+    found = redact.Secrets(echoed) if echoed else None
 
     def walk(v: Any, word: bool) -> Any:
         if isinstance(v, str):
@@ -174,11 +176,37 @@ def _secrets_shown(value: Any, secrets: dict[str, Any]) -> Any:
     return walk(value, False)
 
 
+def _echoable(secrets: dict[str, Any]) -> dict[str, list[str]]:
+    """The spellings of the client's secret values looked for in what it is sent.
+
+    Only those of :data:`planrun.redact.KEY_SECRET_CHARS` characters or more: planrun
+    itself already shows every secret parameter's value as ``***`` (its stored data holds
+    references); looking for a short one as text garbled planrun's own words (a secret
+    ``e`` sent ``"file": "plans/h***llo.yaml"``, ``"depends_on": ["gr******t"]``,
+    ``"run_if": "succ***ss"``, found by an attacker), as SPEC §7 forbids; a short value
+    in a longer text is taken for a coincidence, as in an object's keys.
+    """
+    from .pointers import leaves
+
+    out: dict[str, list[str]] = {}
+    for name, value in secrets.items():
+        found = []
+        for _, leaf in leaves(value):
+            if isinstance(leaf, int | float) and not isinstance(leaf, bool):
+                leaf = json.dumps(leaf)
+            if isinstance(leaf, str) and len(leaf) >= redact.KEY_SECRET_CHARS:
+                found.append(leaf)
+        if found:
+            out[name] = found
+    return out
+
+
 def _result(data: Any, summary: str, *, error: bool = False,
             secrets: dict[str, Any] | None = None) -> CallToolResult:
     from .loading import utf8_text
 
-    shown = _secrets_shown(data, secrets or {})
+    secrets = _echoable(secrets or {})
+    shown = _secrets_shown(data, secrets)
     text = redact.display_text(summary)
     if secrets:
         # planrun's words in the summary are kept as they are (never one inside a secret:
@@ -582,8 +610,6 @@ class Session:
             value = api.output(self.settings, run, step, item)
         except PlanrunError as exc:
             return _failure(exc)
-        import json
-
         return _result({"run": run, "step": step, "output": value},
                        json.dumps(redact.display(value), ensure_ascii=False)[:4000])
 
