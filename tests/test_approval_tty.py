@@ -579,3 +579,68 @@ def test_approve_resolved_denied_at_dispatch_ends_the_run_denied(proj: Project) 
     assert run["status"] == "denied"
     [decision] = approvals(proj, run["run_id"])
     assert (decision["granted"], decision["reason"]) == (0, "interrupt")
+
+
+DISGUISED = r"""
+planrun: 1
+goal: "Tidy up\e[2K\rHarmless goal"
+steps:
+  - id: drop
+    tool: delete_thing
+    intent: "[bold green]Just a harmless note[/]"
+    arguments: {name: "keep /tmp [conceal]and also rm -rf /home[/conceal] ok"}
+"""
+
+
+def test_what_a_person_approves_is_shown_as_written(proj: Project) -> None:
+    # The table read a plan's intent and arguments as rich markup: `[conceal]…[/conceal]`
+    # wrote the middle of an argument invisible (ESC[8m) in the very table a person
+    # approves from, and an intent with a lone `[/]` ended the run `internal`
+    # (MarkupError). A plan is data someone (or some planner) else wrote (found by an
+    # attacker). Now every cell is plain text, ESC and CR as escapes.
+    proj.write_plan("disguised", DISGUISED)
+    proj.write_plan("broken", CLEANUP.replace("Remove the old thing for good",
+                                              "closing [/] nothing"))
+    child = spawn(proj, "execute", "disguised")
+    child.expect(PROMPT_DROP)
+    table = child.before or ""
+    child.sendline("n")
+    code, _ = finish(child)
+    assert code == 4
+    assert "[conceal]and also rm -rf /home[/conceal]" in table
+    assert "\x1b[8m" not in table
+    assert "[bold green]Just a harmless note[/]" in table
+    child = spawn(proj, "execute", "broken")
+    child.expect(PROMPT_DROP)
+    assert "closing [/] nothing" in (child.before or "")
+    child.sendline("n")
+    code, rest = finish(child)
+    assert code == 4, rest
+    assert "internal" not in rest
+    shown = subprocess.run([sys.executable, "-m", "planrun", "show", "disguised"],
+                           cwd=proj.root, capture_output=True, text=True, check=False)
+    assert "goal: Tidy up\\u001b[2K\\u000dHarmless goal" in shown.stdout, shown
+    assert "\x1b" not in shown.stdout + shown.stderr
+
+
+def test_a_failed_steps_message_is_shown_as_written_in_the_summary(proj: Project) -> None:
+    # The summary table read the note `[CODE] MESSAGE` as markup: the code vanished (an
+    # unknown style tag), a tool's `[conceal]` hid its words, its ESC sequences reached
+    # the terminal (found by an attacker).
+    proj.write_module("boomtools", "def boom(text):\n    raise ValueError(text)\n")
+    proj.write("tools.yaml", TOOLS + """
+  boom:
+    python: boomtools:boom
+    arguments:
+      type: object
+      properties: {text: {type: string}}
+      required: [text]
+""")
+    proj.write_plan("boom", "planrun: 1\ngoal: fail\nsteps:\n  - id: b\n    tool: boom\n"
+                    "    arguments: {text: \"x [conceal]hidden[/conceal] y\\e[2Kz\"}\n")
+    child = spawn(proj, "execute", "boom")
+    code, rest = finish(child)
+    assert code == 1, rest
+    assert "[tool_error] ValueError: x [conceal]hidden[/conceal] y\\u001b[2Kz" in rest
+    assert "\x1b[8m" not in rest
+    assert "\x1b[2Kz" not in rest

@@ -232,7 +232,7 @@ def visible(text: str) -> str:
     :func:`utf8_text`.
     """
     if _NOT_SHOWN.search(text) is None:
-        return utf8_text(text)
+        return text if text.isascii() else utf8_text(text)
     return utf8_text(_NOT_SHOWN.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 

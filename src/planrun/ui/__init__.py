@@ -57,6 +57,20 @@ def _console(stderr: bool = False, no_color: bool = False) -> Any:
                    highlight=False, soft_wrap=False)
 
 
+def _cell(text: str) -> Any:
+    """A table cell of text a plan, a tool or the journal holds: shown as it is written.
+
+    A plain string in a rich table is read as markup: an intent or an argument with
+    ``[conceal]…[/conceal]`` hid what a person was asked to approve, ``[tool_error]``
+    (the code before a failed step's message) vanished, and a ``[/]`` ended the run
+    ``internal`` (MarkupError; found by an attacker). Secrets as ``***``, controls as
+    escapes (:func:`planrun.loading.visible`).
+    """
+    from rich.text import Text
+
+    return Text(visible(redact.display_text(text)))
+
+
 def out(text: str = "") -> None:
     """One line of results on stdout.
 
@@ -351,8 +365,8 @@ def print_manifest(m: dict[str, Any], *, no_color: bool = False) -> None:
             if s.get("facets"):
                 note = (note + "  " if note else "") + f"facets {_facets_text(s['facets'])}"
             dur = f"{s['duration_s']:.3f}s" if s.get("duration_s") is not None else ""
-            table.add_row(visible(s["id"]), visible(s["tool"]), _shown_status(s, m), dur,
-                          visible(redact.display_text(note)), style={
+            table.add_row(_cell(s["id"]), _cell(s["tool"]), _shown_status(s, m), dur,
+                          _cell(note), style={
                 "failed": "red", "indeterminate": "magenta", "skipped": "dim",
                 "succeeded": "green", "partial": "yellow"}.get(s["status"]))
         console.print(table)
@@ -509,8 +523,8 @@ class TerminalApprover:
         for col in ("step", "tool", "intent", "arguments"):
             table.add_column(col, overflow="fold")
         for r in requests:
-            table.add_row(visible(r.step_id), visible(r.tool), visible(r.intent or ""),
-                          visible(json.dumps(redact.display(r.arguments), ensure_ascii=False)))
+            table.add_row(_cell(r.step_id), _cell(r.tool), _cell(r.intent or ""),
+                          _cell(json.dumps(redact.display(r.arguments), ensure_ascii=False)))
         console.print(table)
 
     def _ask(self, question: str) -> tuple[bool, str | None]:
