@@ -498,6 +498,19 @@ def test_a_secret_in_a_report_is_masked_before_it_is_sent_back(
     assert "tok-9999-secret" not in json.dumps(requests(proj))
 
 
+def test_a_name_with_two_dots_is_no_plan_name(proj: Project) -> None:
+    # `a..b` was written as plans/a..b.yaml, which every command refuses to look up by
+    # name (bad_name: a NAME with '..'), so the plan written could be run by none (found
+    # by an attacker). A planner's such name gives way to the goal's slug; --name is refused.
+    answers(proj, GOOD.replace("name: greet", "name: a..b"))
+    done = plan(proj, goal="say hello")
+    assert done.name == "say-hello"
+    assert api.validate(proj.settings(), [done.name]).ok()
+    with pytest.raises(UsageError, match=r"no '\.\.'"):
+        plan(proj, name="x..y")
+    assert not list(proj.plans.glob("*..*"))
+
+
 def _journal_bytes(proj: Project) -> bytes:
     journal = Path(proj.settings().journal)
     return b"".join(f.read_bytes() for f in sorted(journal.parent.glob(journal.name + "*")))

@@ -33,7 +33,10 @@ from .errors import Refused, UsageError
 from .issues import Issue, PlanReport
 
 #: A NAME planrun writes a plan file under.
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+#: ``..`` nowhere in it: a NAME with ``..`` is refused by every command that looks a plan up
+#: (SPEC §3, ``bad_name``), so ``plans/a..b.yaml`` was written and then found by none
+#: (found by an attacker: a planner's ``name: a..b``).
+NAME_RE = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 #: What a plan file's name ends with (SPEC §3 "Plan lookup"): never part of a NAME.
 PLAN_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -324,7 +327,8 @@ def plan(settings: Any, goal: str, planner: str, *, name: str | None = None,
                          "--planner P")
     if name is not None and not NAME_RE.fullmatch(name):
         raise UsageError(f"--name {name!r}: a plan name is letters, digits, '.', '_' and "
-                         "'-' (starting with a letter or digit, at most 100 characters)")
+                         "'-' (starting with a letter or digit, no '..', at most 100 "
+                         "characters)")
     if name is not None and name.lower().endswith(PLAN_SUFFIXES):
         # it wrote plans/x.yaml.yaml, which `planrun execute x.yaml` does not find as a
         # name (found by an attacker): the name is the file's stem
