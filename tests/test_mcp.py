@@ -892,3 +892,36 @@ def test_a_client_that_stops_reading_mid_run_ends_the_session_quietly(
     assert done["status"] == "completed", done
     assert journal.exists()
     assert _effects(agent_project) == ["hold", "echo 2"]
+
+
+def test_an_unknown_tool_or_prompt_is_one_clear_error_without_a_traceback(
+        agent_project: Path) -> None:
+    # An unknown tool was the SDK's bare text "Unknown tool: NAME", not a planrun error;
+    # prompts/get (this server has no prompts) raised ValueError, whose traceback the SDK
+    # logged on the server's stderr for a client's mistake (found by an attacker).
+    from mcp.shared.exceptions import MCPError
+
+    async def body(session: ClientSession) -> Any:
+        unknown = await _call(session, "list_run")
+        empty = await _call(session, "")
+        try:
+            await session.get_prompt("plan")
+        except MCPError as exc:
+            prompt: Any = exc
+        else:
+            prompt = None
+        return unknown, empty, prompt, await _call(session, "list_runs")
+
+    unknown, empty, prompt, after = _serve(agent_project, body)
+    for result in (unknown, empty):
+        assert result.is_error is True
+        error = result.structured_content["error"]
+        assert (error["code"], error["exit_status"]) == ("usage", 2)
+        assert result.content[0].text.startswith("error[usage]: no tool ")
+    assert "Did you mean 'list_runs'?" in unknown.content[0].text
+    assert "list_tools" in empty.content[0].text
+    assert isinstance(prompt, MCPError)
+    assert prompt.error.code == -32602
+    assert "no prompt 'plan'" in prompt.error.message
+    assert after.is_error is False
+    assert "Traceback" not in _server_err(agent_project)

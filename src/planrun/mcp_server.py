@@ -774,7 +774,24 @@ class StrictArguments:
                 if tool.get("name") in self.accepted and isinstance(schema, dict):
                     schema.setdefault("additionalProperties", False)
             return listed
+        if ctx.method == "prompts/get":
+            # The SDK raised ValueError for any name (this server has no prompts) and
+            # logged its traceback on stderr for a client's mistake (found by an attacker).
+            from mcp.shared.exceptions import MCPError
+            from mcp_types import INVALID_PARAMS
+
+            name = ctx.params.get("name") if isinstance(ctx.params, dict) else None
+            raise MCPError(code=INVALID_PARAMS, message=f"no prompt {name!r}: planrun "
+                           "serves tools only (tools/list)")
         params = ctx.params if ctx.method == "tools/call" else None
+        if isinstance(params, dict) and isinstance(params.get("name"), str) and (
+                params["name"] not in self.accepted):
+            # the SDK's answer was the bare text "Unknown tool: NAME", not a planrun error
+            from .issues import did_you_mean
+
+            return _failure(_usage(
+                f"no tool {params['name']!r} here.{did_you_mean(params['name'], self.accepted)}"
+                f" The tools: {', '.join(sorted(self.accepted))}"))
         if isinstance(params, dict):
             known = self.accepted.get(str(params.get("name")))
             given = params.get("arguments")
