@@ -924,3 +924,18 @@ def test_every_secret_a_url_can_carry_is_masked_where_it_is_shown() -> None:
     }
     for url, shown in cases.items():
         assert shown_location(url) == shown, url
+
+
+def test_only_a_login_password_in_the_url_keeps_pgpassword_from_libpq() -> None:
+    """A PGPASSWORD kept from children (planrun.childenv) is handed to libpq unless the
+    URL gives the login password itself: an SSL key's password (sslpassword=) is not
+    one (a merge had the check call a helper that was renamed: every connect without
+    PGPASSWORD in the environment raised NameError)."""
+    from planrun.journal.backends.postgres import _login_password
+
+    assert _login_password("postgresql://u:pw@h/db")
+    assert _login_password("postgresql://u@h/db?password=pw")
+    assert _login_password("postgresql://u@h/db?pass%77ord=pw")
+    assert not _login_password("postgresql://u@h/db?sslpassword=pw")
+    assert not _login_password("postgresql://u@h/db")
+    assert not _login_password("postgresql://u@h/db?password=")

@@ -623,6 +623,16 @@ class PgCalls:
 # --- errors ---------------------------------------------------------------------------------
 
 
+def _login_password(location: str) -> bool:
+    """Whether the URL gives the login password itself (user part, or ``password=``)."""
+    try:
+        parts = urlsplit(location)
+    except ValueError:
+        return False
+    return bool(parts.password) or any(
+        unquote(key) == "password" and value for key, value in parse_qsl(parts.query))
+
+
 def _passwords(location: str) -> list[str]:
     """The secrets a URL carries (its user part's password, ``password=`` …), longest first."""
     from . import secret_parameter
@@ -812,7 +822,7 @@ class PostgresBackend:
             extra["connect_timeout"] = CONNECT_TIMEOUT_S
         if "application_name" not in query:
             extra["application_name"] = "planrun"
-        if "PGPASSWORD" not in os.environ and _password(self.location) is None:
+        if "PGPASSWORD" not in os.environ and not _login_password(self.location):
             # kept from children while they may start (planrun.childenv.hidden): libpq
             # gets it as it would have read it
             kept = childenv.getenv("PGPASSWORD")
