@@ -34,6 +34,11 @@ class ReadsMixin(JournalBase):
     def resolve_run_id(self, ref: str) -> str:
         """The full run id for a run id or a unique prefix (at least 4 characters).
 
+        The prefix is compared without regard to the case of its letters, on every
+        backend alike (SQLite's ``LIKE`` ignores ASCII case, PostgreSQL's does not: one
+        prefix found a run on one and none on the other); ``%`` and ``_`` in it are
+        themselves. Run ids are lowercase hex, so no two differ only in case.
+
         Raises:
             RunError: ``unknown_run`` (none, or an ambiguous prefix).
         """
@@ -51,14 +56,13 @@ class ReadsMixin(JournalBase):
         if len(ref) < MIN_PREFIX:
             raise RunError(f"run id {ref!r} is too short; give at least {MIN_PREFIX} "
                            "characters", code="unknown_run")
-        escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         try:
             rows = self.conn.execute(
-                "SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 3",
-                (escaped + "%",)).fetchall()
+                "SELECT run_id FROM runs WHERE lower(substr(run_id, 1, ?)) = lower(?) "
+                "LIMIT 3", (len(ref), ref)).fetchall()
         except self.backend.DatabaseError as exc:
             raise self.backend.fail(exc, "read") from None
-        exact = [r[0] for r in rows if r[0] == ref]
+        exact = [r[0] for r in rows if r[0] == ref or r[0] == ref.lower()]
         if exact:
             return str(exact[0])
         if not rows:
