@@ -925,3 +925,39 @@ def test_an_unknown_tool_or_prompt_is_one_clear_error_without_a_traceback(
     assert "no prompt 'plan'" in prompt.error.message
     assert after.is_error is False
     assert "Traceback" not in _server_err(agent_project)
+
+
+def test_run_log_is_read_a_page_at_a_time(agent_project: Path) -> None:
+    """A big run's log is not one answer: a 100,000-item fan-out's 200,000 events were a
+    51 MB tool result. Pages of ``limit`` events after ``after``, linked by
+    ``next_after``, add up to the whole log; a run that fits is one page as before."""
+    (agent_project / "plans" / "many.yaml").write_text(
+        "planrun: 1\nname: many\ngoal: Echo 30 items\nsteps:\n"
+        "  - {id: each, tool: echo, for_each: [" + ", ".join(str(i) for i in range(30))
+        + "], arguments: {value: '{item}'}}\n")
+    done = _cli(agent_project, "execute", "many", "--json")
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    whole = _cli(agent_project, "log", run_id, "--json")
+    every = [e["id"] for e in json.loads(whole.stdout)]
+    assert len(every) > 60
+
+    async def read(session: ClientSession) -> Any:
+        pages, after = [], 0
+        while after is not None and len(pages) < 20:
+            page = await _call(session, "run_log", run=run_id, after=after, limit=25)
+            pages.append(page)
+            after = page.structured_content["next_after"]
+        return pages, await _call(session, "run_log", run=run_id), \
+            await _call(session, "run_log", run=run_id, limit=0)
+
+    pages, one, zero = _serve(agent_project, read)
+    ids = [e["id"] for p in pages for e in p.structured_content["events"]]
+    assert ids == every
+    assert [len(p.structured_content["events"]) for p in pages[:-1]] == [25] * (
+        len(pages) - 1)
+    assert f"run_log with after={pages[0].structured_content['next_after']}" in \
+        pages[0].content[0].text
+    assert one.structured_content["next_after"] is None  # all of it in one page
+    assert [e["id"] for e in one.structured_content["events"]] == every
+    assert zero.is_error is True  # limit at least 1

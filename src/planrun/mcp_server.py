@@ -89,6 +89,11 @@ MaxParallel = Annotated[int | None, Field(description="Calls running at once.", 
 PlanFilter = Annotated[str | None, Field(description="Only runs of this plan.")]
 StatusFilter = Annotated[str | None, Field(description="Only runs in this status.")]
 Limit = Annotated[int, Field(description="At most this many runs.", ge=1, le=1000)]
+EventsAfter = Annotated[int, Field(
+    description="Only events after this event id: the next_after of the page before (0: "
+    "from the first).", ge=0, le=2**63 - 1)]
+EventsLimit = Annotated[int, Field(description="At most this many events.", ge=1,
+                                   le=10_000)]
 
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                         open_world_hint=False)
@@ -587,22 +592,32 @@ class Session:
         lines = [f"{r.get('run_id')} {r.get('plan')} {r.get('status')}" for r in rows]
         return _result({"runs": rows}, "\n".join(lines) or "no runs")
 
-    def run_log(self, run: RunRef = "last") -> CallToolResult:
-        """A run's events in order (``planrun log --json``, without tracebacks)."""
+    def run_log(self, run: RunRef = "last", after: EventsAfter = 0,
+                limit: EventsLimit = 1000) -> CallToolResult:
+        """A run's events in order (``planrun log --json``, without tracebacks), by page.
+
+        At most ``limit`` events after event id ``after``; ``next_after`` is the ``after``
+        of the next page, null after the last.
+        """
         mine = self._mine(run)
         if not isinstance(mine, str):
             return mine
         run = mine
         try:
-            run_id, events = api.log(self.settings, run)
+            run_id, events, next_after = api.log_page(self.settings, run, after=after,
+                                                      limit=limit)
         except PlanrunError as exc:
             return _failure(exc)
         for event in events:
             if isinstance(event.get("data"), dict):
                 event["data"].pop("traceback", None)
         lines = [f"{e.get('kind')} {e.get('step') or ''}".rstrip() for e in events]
-        return _result({"run_id": run_id, "events": events},
-                       f"run {run_id}: {len(events)} event(s)\n" + "\n".join(lines))
+        more = ("" if next_after is None else
+                f"\nmore: run_log with after={next_after} for the next page")
+        return _result({"run_id": run_id, "events": events, "next_after": next_after},
+                       f"run {run_id}: {len(events)} event(s)"
+                       + (f" after event {after}" if after else "") + "\n"
+                       + "\n".join(lines) + more)
 
     def run_output(self, step: StepRef, run: RunRef = "last", item: Item = None
                    ) -> CallToolResult:
