@@ -294,3 +294,23 @@ def build(journal: Journal, run_id: str) -> dict[str, Any]:
         # "approve", "deny", "resume"} (the commands that decide and continue it)
         out["approval"] = approval
     return out
+
+
+def ran_before_waiting(m: dict[str, Any], nothing: str = "nothing ran") -> str:
+    """What ran of a run left ``awaiting_approval``, as its message says it (CLI, MCP).
+
+    ``nothing`` when no step ran in this run: a retry's child holds its parent's succeeded
+    steps replayed, which did not run again (it said "the steps before it ran (approve:
+    resolved)"; found by a fresh operator); else the steps before an ``approve:
+    resolved`` step ran.
+    """
+    steps = [s for s in m.get("steps") or [] if isinstance(s, dict)]
+    ran = [s for s in steps if s.get("status") in ("succeeded", "failed", "partial")
+           and not s.get("replayed")]
+    inherited = sum(1 for s in steps if s.get("replayed"))
+    if ran:
+        return "the steps before it ran (approve: resolved)"
+    if inherited and m.get("parent_run_id"):
+        return (f"{nothing} ({inherited} succeeded step(s) kept from run "
+                f"{m['parent_run_id']})")
+    return nothing

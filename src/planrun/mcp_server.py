@@ -708,10 +708,9 @@ def _outcome(outcome: Any, secrets: dict[str, Any]) -> CallToolResult:
                           if isinstance(w, dict))
         # An `approve: resolved` step waits after the steps before it ran: "nothing has
         # run" was false there (found by a fresh operator), as the CLI says it.
-        counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
-        ran = ("nothing has run" if not any(counts.get(k) for k in (
-            "succeeded", "failed", "partial")) else "the steps before it ran (approve: "
-            "resolved)")
+        from .manifest import ran_before_waiting
+
+        ran = ran_before_waiting(m, "nothing has run")
         summary = (f"run {run_id} is awaiting approval; {ran}. Waiting for a "
                    f"person: {steps or 'see manifest'}. This server cannot clear a step: "
                    f"a person runs `{command}` (or `planrun deny {run_id}`), then call "

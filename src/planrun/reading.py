@@ -276,22 +276,33 @@ def follow(settings: Settings, run_ref: str = "last", *, poll_s: float = 0.5,
         time.sleep(poll_s)
 
 
+#: The longest age ``--older-than`` takes: 100 years (36,525 days), in seconds.
+MAX_AGE_S = 36_525 * 86_400
+
+
 def parse_age(text: str) -> float:
     """Seconds of an age such as ``30d``, ``12h``, ``90m``, ``2w``, ``45s``.
 
+    At most :data:`MAX_AGE_S` (100 years): ``740000d`` reached before the year 1 of the
+    calendar and ended ``prune`` with a traceback (found by a fresh operator).
+
     Raises:
-        UsageError: not a positive whole number followed by s, m, h, d or w (exit 2).
+        UsageError: not a positive whole number followed by s, m, h, d or w, or more
+            than 100 years (exit 2).
     """
     import re
 
     m = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
-    if m and int(m.group(1)) == 0:
-        raise UsageError(f"--older-than {text!r}: the age must be more than 0, e.g. 30d")
     if not m:
         raise UsageError(f"--older-than {text!r}: give a number and a unit, e.g. 30d, 12h, "
                          "90m, 2w (s, m, h, d, w)")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[
-        m.group(2)]
+    digits = m.group(1).lstrip("0")
+    if not digits:
+        raise UsageError(f"--older-than {text!r}: the age must be more than 0, e.g. 30d")
+    unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+    if len(digits) > len(str(MAX_AGE_S)) or int(digits) * unit > MAX_AGE_S:
+        raise UsageError(f"--older-than {text!r}: at most 100 years ({MAX_AGE_S // 86400}d)")
+    return int(digits) * unit
 
 
 def prune(settings: Settings, *, older_than: str, status: str | None = None,

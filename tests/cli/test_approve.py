@@ -585,6 +585,9 @@ def test_retry_defer_approval_leaves_the_child_waiting_for_a_person(proj: CliPro
         "prep": "succeeded", "check": "pending", "drop": "pending"}
     assert proj.probe().lease(child["run_id"]) is None
     assert proj.probe().run(parent).status == "failed"
+    # what stderr says ran: nothing (prep is kept from the parent, not run again)
+    assert f"nothing ran (1 succeeded step(s) kept from run {parent})" in r.stderr, r
+    assert "approve: resolved" not in r.stderr
     again = proj.run("retry", parent)
     refused(again, "run_busy", 5)
     assert child["run_id"] in again.stderr

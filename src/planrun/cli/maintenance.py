@@ -57,7 +57,18 @@ def prune_runs(
                + f"{r['run_id']}  {r['status']}  {r['plan']}  {r['created_at']}")
     ui.out(f"{len(result['deleted'])} run(s) {'would be ' if dry_run else ''}deleted"
            + ("" if dry_run else f", {result['keys']} idempotency key(s) with them"
-              + _space(result)))
+              + ("" if vacuum else _space(result))))
+    if vacuum and not dry_run:
+        # what --vacuum did, also with nothing to delete (it said nothing; found by a
+        # fresh operator)
+        if result["free_bytes"]:
+            ui.out(f"could not rewrite the journal now (another process is using it): "
+                   f"{_size(result['free_bytes'])} stay free inside it, for later runs; "
+                   "run planrun prune --older-than AGE --vacuum again when no run is going")
+        else:
+            ui.out(f"rewrote the journal: {_size(result['reclaimed_bytes'])} given back to "
+                   "the disk")
+        return
     _free_hint(result)
     kept = result["kept_unfinished"]
     if kept:
@@ -72,7 +83,7 @@ FREE_HINT_BYTES = 1 << 20
 
 
 def _size(n: int) -> str:
-    """``n`` bytes for a person: ``12.3 MiB`` (KiB, MiB or GiB)."""
+    """``n`` bytes for a person: ``12.3 MiB`` (KiB, MiB or GiB), ``0 bytes``."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
             return f"{n / (1 << shift):.1f} {unit}"

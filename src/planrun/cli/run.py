@@ -189,9 +189,9 @@ def _say_awaiting(m: dict[str, Any]) -> None:
     if m.get("status") != "awaiting_approval" or not approval:
         return
     names = ", ".join(f"{w['step']} ({w['tool']})" for w in approval["waiting"])
-    done = (m.get("counts") or {}).get("succeeded", 0) + (m.get("counts") or {}).get(
-        "failed", 0)
-    ran = "nothing ran" if not done else "the steps before it ran (approve: resolved)"
+    from ..manifest import ran_before_waiting
+
+    ran = ran_before_waiting(m)
     ui.err(f"planrun: awaiting_approval: run {m['run_id']} waits for a person to approve "
            f"{names or 'nothing more'}; {ran}. Approve: {approval['approve']} "
            f"(--resume to continue at once); or deny: {approval['deny']}; then "
