@@ -275,10 +275,10 @@ def execute(settings: Settings, name: str, given: ParamInput, *,
     loaded = check(settings, name, registry, given, concrete=True)
     report = Report(plans=[loaded.report])
     if loaded.plan is None:
-        if loaded.path is not None and not dry_run:
-            _journal_refused(settings, loaded, report)
+        refused_id = (_journal_refused(settings, loaded, report)
+                      if loaded.path is not None and not dry_run else None)
         raise Refused(f"plan {name!r} was refused", code=_first_code(loaded.report),
-                      report=report)
+                      report=report, run_id=refused_id)
     plan = loaded.plan
     check_approve(approve, plan)
     requests = [approval.request_for(s) for s in plan.steps if s.approval_reason]
@@ -334,7 +334,8 @@ def _start(settings: Settings, loaded: Loaded, plan: CheckedPlan, requests: list
 
 
 
-def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None:
+def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> str:
+    """Journal the refused plan as a run ``refused`` (SPEC §4); its run id."""
     from . import redact
     from .canonical import digest
     from .formats import MAX_STORED_INT
@@ -365,6 +366,7 @@ def _journal_refused(settings: Settings, loaded: Loaded, report: Report) -> None
             if issue.code == "refused":
                 journal.add_event(run_id, "autonomy_refused", step_id=issue.step,
                                   data={"message": issue.message})
+    return run_id
 
 
 def plans(settings: Settings) -> list[dict[str, Any]]:

@@ -599,3 +599,23 @@ def test_retry_defer_approval_leaves_the_child_waiting_for_a_person(proj: CliPro
     assert done.json["status"] == "completed"
     assert proj.counts()["prep"] == 1
     assert proj.counts()["drop"] == 1
+
+
+def test_a_run_ended_before_its_first_step_is_named_on_its_error_line(proj: CliProject
+                                                                      ) -> None:
+    """A run denied at approval, or a plan refused, is journaled with a run id and has no
+    other line: its one error line names it, so a log several cron jobs share splits by
+    run id (found by a fresh operator)."""
+    denied = proj.run("execute", "two")
+    assert denied.returncode == 4, denied
+    runs = proj.run("runs", "--json")
+    (row,) = [r for r in runs.json if r["status"] == "denied"]
+    line = next(x for x in denied.stderr.splitlines() if "error[approval_required]" in x)
+    assert line.endswith(f"(run {row['run_id']})"), line
+    proj.plan("bad", "planrun: 1\ngoal: a tool nobody has\nsteps:\n"
+                     "  - {id: a, tool: nope, arguments: {}}\n")
+    refused_ = proj.run("execute", "bad")
+    assert refused_.returncode == 3, refused_
+    (bad,) = [r for r in proj.run("runs", "--json").json if r["status"] == "refused"]
+    line = next(x for x in refused_.stderr.splitlines() if x.startswith("planrun: error["))
+    assert line.endswith(f"(run {bad['run_id']})"), line

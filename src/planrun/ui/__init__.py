@@ -128,8 +128,16 @@ _NONE = object()
 
 
 def print_error(exc: PlanrunError, verbose: bool = False) -> None:
-    """One short message on stderr: code, what is wrong, what to do (``-v``: details)."""
-    err(f"planrun: error[{exc.code}]: {exc.message}")
+    """One short message on stderr: code, what is wrong, what to do (``-v``: details).
+
+    An error that ended a journaled run (denied at approval, a plan refused) names it at
+    the end of its line, ``(run ID)``, unless the message does already: a cron log that
+    several runs wrote to is split by run id, and such a run has no other line (found by
+    a fresh operator).
+    """
+    run_id = getattr(exc, "run_id", None)
+    named = f" (run {run_id})" if run_id and run_id not in exc.message else ""
+    err(f"planrun: error[{exc.code}]: {exc.message}{named}")
     if exc.hint:
         err(f"  {exc.hint}")
     if verbose and exc.details:
