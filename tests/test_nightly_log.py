@@ -296,9 +296,12 @@ def test_a_refused_plan_says_why_on_stderr_when_stdout_has_the_json(
     assert json.loads(res.stdout)["ok"] is False
     (line,) = res.stderr.splitlines()
     more = " (and 1 more)" if len(given) > 2 else ""
+    (refused,) = [r["run_id"] for r in json.loads(run(app, "runs", "--json").stdout)
+                  if r["status"] == "refused"]
+    # the run it journaled is named at the end, as every run's lines name it
     assert line == ("planrun: error[param_unknown]: plan 'failing' was refused: "
                     "plans/failing.yaml: parameter 'kep' is not declared by this plan. "
-                    f"Declared: none{more}"), line
+                    f"Declared: none{more} (run {refused})"), line
 
 
 def test_a_second_run_of_a_plan_a_live_process_drives_says_so(tmp_path: Path) -> None:
