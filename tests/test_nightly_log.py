@@ -293,11 +293,13 @@ def test_a_refused_plan_says_why_on_stderr_when_stdout_has_the_json(
     app = failing_project(tmp_path)
     res = run(app, "execute", "failing", *given, "--json")
     assert res.returncode == 3, res
-    assert json.loads(res.stdout)["ok"] is False
+    out = json.loads(res.stdout)
+    assert out["ok"] is False
     (line,) = res.stderr.splitlines()
     more = " (and 1 more)" if len(given) > 2 else ""
     (refused,) = [r["run_id"] for r in json.loads(run(app, "runs", "--json").stdout)
                   if r["status"] == "refused"]
+    assert out["error"]["run_id"] == refused  # as every error that names a run has it
     # the run it journaled is named at the end, as every run's lines name it
     assert line == ("planrun: error[param_unknown]: plan 'failing' was refused: "
                     "plans/failing.yaml: parameter 'kep' is not declared by this plan. "

@@ -68,8 +68,10 @@ def guard(fn: Callable[[], T], verbose: bool = False, as_json: bool = False) -> 
             exc = _unplaced(exc)  # no report is printed "above" this line
         if isinstance(exc.report, Report):
             if as_json:
-                print_json({"ok": False, "error": {"code": exc.code, "message": exc.message},
-                            **exc.report.to_json()})
+                error = {"code": exc.code, "message": exc.message}
+                if exc.run_id is not None:  # the run ``refused`` it journaled
+                    error["run_id"] = exc.run_id
+                print_json({"ok": False, "error": error, **exc.report.to_json()})
                 exc = _with_reason(exc, exc.report.all_issues())
             else:
                 print_report(exc.report, "text", stream=sys.stderr)
