@@ -497,10 +497,13 @@ def test_status_and_runs_say_when_nobody_drives_a_running_run(tmp_path: Path) ->
     assert dead["counts"]["running"] == 1
     text = run(app, "status").stdout
     assert "running (nobody drives it: its process is gone)" in text
-    assert "1 running" in text
+    # its step counted as its line says it: nothing runs it (the headline said "1
+    # running" above "unfinished wait"; found by a fresh operator)
+    assert "1 unfinished" in text
+    assert "unfinished    wait (wait_for)" in text
     listed = run(app, "runs").stdout
     assert "nobody drives it" in listed
-    assert "succeeded, 1 running" in listed
+    assert "succeeded, 1 unfinished" in listed
     assert json.loads(run(app, "runs", "--json").stdout)[0]["driven"] is False
 
 
@@ -771,6 +774,9 @@ def test_status_of_a_fan_out_cut_short_shows_its_items_and_no_running(
     text = run(root, "status", "last").stdout
     line = next(x for x in text.splitlines() if " double (" in x)
     assert line.split()[0] == "unfinished", text
+    head = text.splitlines()[0]  # the headline's count says it the same way
+    assert "1 unfinished" in head, head
+    assert "running" not in head.split("—", 1)[1], head
     assert re.search(r"\b\d+/20 items\b", line), line
     shown = json.loads(run(root, "status", "last", "--json").stdout)
     step = next(s for s in shown["steps"] if s["id"] == "double")

@@ -319,8 +319,12 @@ def run_headline(m: dict[str, Any]) -> str:
         state += " (nobody drives it: its process is gone)"
     head = (f"run {m['run_id']} ({m['plan']['name']} r{m['plan']['revision']}): "
             f"{state} — {c['succeeded']}/{c['total']} succeeded")
-    extra = [f"{c[k]} {k}" for k in ("partial", "failed", "skipped", "indeterminate",
-                                     "running", "pending") if c.get(k)]
+    # steps journaled running in a run nothing drives are "unfinished", as their lines
+    # say (the headline said "1 running" above "unfinished nap"; found by a fresh operator)
+    undriven = m["status"] != "running" or m.get("driven") is False
+    extra = [f"{c[k]} {'unfinished' if k == 'running' and undriven else k}"
+             for k in ("partial", "failed", "skipped", "indeterminate", "running",
+                       "pending") if c.get(k)]
     if extra:
         head += ", " + ", ".join(extra)
     if m.get("duration_s") is not None:
@@ -437,7 +441,7 @@ def print_runs(rows: Sequence[dict[str, Any]], here: str | None = None,
             if r.get("driven") is False else ""
         if r.get("retried_as"):
             gone += f"  (retried as {r['retried_as']})"
-        running = f", {c['running']} running" if r.get("driven") is False and c.get(
+        running = f", {c['running']} unfinished" if r.get("driven") is False and c.get(
             "running") else ""
         out(f"{r['run_id']}  {r['started_at']}  {r['status']:<11}  {r['plan']} "
             f"r{r['revision']}  {c['succeeded']}/{c['total']} succeeded{running}{where}{gone}")
